@@ -1,0 +1,73 @@
+// What a caller hands the engine (GenerateRequest) and what it gets back (events on a bounded
+// per-request stream). The engine works on token ids only; text lives in text/.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "engine/cancel.h"
+
+namespace ember::engine {
+
+struct SamplingParams {
+  float temperature = 0.8f;  // 0: greedy
+  int32_t top_k = 40;        // 0: off
+  float top_p = 0.95f;       // 1: off
+  float min_p = 0.05f;       // 0: off
+  float repeat_penalty = 1.0f;  // 1: off (applied over the last repeat_last_n tokens)
+  int32_t repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0xE3BE5EEDull;  // same seed + same params + same prompt = same tokens
+  int32_t top_logprobs = 0;       // 0..20 alternatives reported per token
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 256;  // clipped to the context; reaching it ends with `length`
+  CancelToken cancel;        // CancelToken::never() by default
+  // Cancelled with cause `deadline` at the first poll site past this instant.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+enum class CancelCause { None, Client, Deadline, Shutdown, Budget, SlowConsumer };
+std::string_view finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+std::string_view cancel_cause_name(CancelCause c);    // "none", "client", "deadline", ...
+
+struct TokenEvent {
+  int32_t id = -1;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+struct Timings {
+  double queued_ms = 0;   // submit -> admitted
+  double prefill_ms = 0;  // admitted -> first token
+  double decode_ms = 0;   // first token -> done
+};
+
+struct DoneEvent {
+  FinishReason reason = FinishReason::Stop;
+  CancelCause cause = CancelCause::None;
+  Usage usage;
+  Timings timings;
+  std::string message;  // for Error (and a human-readable note for Cancelled)
+};
+
+using Event = std::variant<TokenEvent, DoneEvent>;
+
+}  // namespace ember::engine

@@ -1,0 +1,81 @@
+// The narrow interface between the engine and a forward pass (DESIGN.md §6a): the model
+// description, weights and KV layout stay behind it; token ids go in, logits come out. The CPU
+// implementation is in model/cpu_model.*; a CUDA one can join later without the engine changing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "gguf/reader.h"
+
+namespace ember::model {
+
+enum class Arch { Llama, Qwen3, Gemma3 };
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string arch_name;  // general.architecture
+  std::string name;       // general.name (may be empty)
+  int32_t n_vocab = 0;
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t n_ff = 0;
+  int32_t n_ctx_train = 0;
+  float norm_eps = 1e-5f;
+  float rope_base = 10000.f;
+  float rope_base_local = 10000.f;  // gemma3 sliding-window layers
+  int32_t sliding_window = 0;       // gemma3: 0 = none
+  int32_t sliding_pattern = 0;      // gemma3: every n-th layer is global
+  float attn_scale = 0.f;           // 0 = 1/sqrt(head_dim)
+  bool tied_output = false;
+};
+
+// The KV state of one sequence. Created per request and destroyed with it (never reset field
+// by field); its memory is returned when it is destroyed.
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  virtual int32_t length() const = 0;    // tokens already in the cache (next position)
+  virtual int32_t capacity() const = 0;  // most tokens it can hold
+};
+
+struct ForwardItem {
+  Sequence* seq = nullptr;
+  std::span<const int32_t> tokens;  // appended at positions seq->length(), ... ; non-empty
+  bool want_logits = true;          // logits of the last token of this item
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int32_t n_ctx() const = 0;  // context size in effect (LoadOptions::n_ctx resolved)
+  // capacity: the most tokens the sequence may hold (<= the context size).
+  virtual std::unique_ptr<Sequence> new_sequence(int32_t capacity) = 0;
+  // Runs all items as one batch: decode steps of many sequences and prefill chunks share one
+  // pass over the weights. For each item with want_logits, in order, n_vocab floats are
+  // written to `logits` (which must hold that many).
+  virtual Status forward(std::span<const ForwardItem> items, std::span<float> logits) = 0;
+  // Bytes of KV memory held by live sequences (tests use it to prove nothing leaks).
+  virtual int64_t live_kv_bytes() const = 0;
+};
+
+struct LoadOptions {
+  int32_t n_threads = 0;  // 0: all cores
+  int32_t n_ctx = 0;      // 0: min(n_ctx_train, 4096)
+};
+
+// Loads weights from the file (kept mapped; zero-copy). Errors: unknown architecture, a
+// missing tensor, a shape or type mismatch, each naming the tensor.
+Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File> file,
+                                                const LoadOptions& opts);
+Result<ModelConfig> read_config(const gguf::File& file);
+
+}  // namespace ember::model

@@ -1,0 +1,28 @@
+// A fixed pool of worker threads for data-parallel loops inside one engine step.
+// parallel_for blocks the caller until every chunk has run; the caller's thread takes part.
+// Not re-entrant: one parallel_for at a time per pool (the engine thread owns its pool).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace ember::tensor {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // n_threads <= 1: run inline on the caller
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // Calls fn(begin, end) over disjoint ranges covering [0, n).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+  int n_threads_ = 1;
+};
+
+}  // namespace ember::tensor
