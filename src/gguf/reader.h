@@ -19,8 +19,19 @@
 namespace ember::gguf {
 
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 std::string_view value_type_name(ValueType t);
 
@@ -68,8 +79,8 @@ class File {
   // Typed accessors: an Error names the file, the key and what was expected, e.g.
   // "m.gguf: metadata 'llama.block_count' is a string, expected an integer".
   Result<std::string> get_string(std::string_view key) const;
-  Result<int64_t> get_int(std::string_view key) const;     // any integer type
-  Result<double> get_float(std::string_view key) const;    // F32/F64 or any integer
+  Result<int64_t> get_int(std::string_view key) const;   // any integer type
+  Result<double> get_float(std::string_view key) const;  // F32/F64 or any integer
   Result<bool> get_bool(std::string_view key) const;
   Result<std::vector<std::string_view>> get_string_array(std::string_view key) const;
   Result<std::vector<float>> get_float_array(std::string_view key) const;

@@ -1,5 +1,9 @@
 // GGUF writer (version 3), used by fixtures and tests. Builds the file in memory and writes it
-// atomically. It also lets tests produce deliberately broken files (see raw_* hooks).
+// atomically. Output is deterministic: keys and tensors appear in the order they were first set
+// (setting a key again replaces its value in place), tensor data is laid out in order, each
+// tensor padded to the alignment (the last one too, as llama.cpp expects). An alignment other
+// than 32 is recorded as 'general.alignment' unless the caller set that key itself (tests do,
+// to produce deliberately broken files; they also patch serialize()'s bytes directly).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,11 @@ class Writer {
   void set_string_array(const std::string& key, const std::vector<std::string>& v);
   void set_f32_array(const std::string& key, const std::vector<float>& v);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  void set_i64(const std::string& key, int64_t v);
+  void set_f64(const std::string& key, double v);
+  // Any value, including the small integer types and nested arrays (strings are copied from
+  // Value::s; an ARRAY's elements must all have its elem_type).
+  void set_value(const std::string& key, const Value& v);
 
   // dims in GGUF order (dims[0] innermost); bytes.size() must equal the type's row bytes * rows.
   void add_tensor(const std::string& name, tensor::DType type, std::vector<int64_t> dims,
