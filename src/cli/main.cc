@@ -1,9 +1,46 @@
-// The `ember` executable: subcommands are declared in cli/commands.h and wired here.
+// The `ember` executable: dispatches to a subcommand (cli/commands.h).
 #include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* help;
+};
+
+constexpr Subcommand kCommands[] = {
+    {"serve", ember::cli::cmd_serve, "serve a model over the OpenAI-compatible HTTP API"},
+    {"run", ember::cli::cmd_run, "generate text from a prompt, or chat, in this process"},
+    {"inspect", ember::cli::cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"fixture", ember::cli::cmd_fixture, "write a small random-weight model for tests"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: ember <command> [options]   (ember <command> --help for more)\n\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.help);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
-  std::fprintf(stderr, "ember: no subcommands yet\n");
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string_view cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (cmd == c.name) return c.fn(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "ember: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
   return 2;
 }

@@ -1,0 +1,215 @@
+// `ember run`: loads a model in this process and generates text from one prompt, or holds a
+// chat (--chat) reading user turns line by line from stdin (a terminal or a pipe) until EOF.
+// Text streams to stdout as it is generated; the summary line goes to stderr.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <unistd.h>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/model_path.h"
+#include "engine/engine.h"
+#include "model/backend.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace ember::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model = "default";
+  std::string prompt;
+  int32_t n_predict = 128;
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int64_t seed = -1;
+  int32_t threads = 0;
+  int32_t ctx_size = 0;
+  bool chat = false;
+  std::string system;
+};
+
+struct Loaded {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+Result<Loaded> load(const RunOptions& o) {
+  EMBER_TRY(std::string path, resolve_model_path(o.model));
+  EMBER_TRY(gguf::File file, gguf::File::open(path));
+  auto shared = std::make_shared<const gguf::File>(std::move(file));
+  EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
+  std::vector<int32_t> eog = vocab.eog;
+  EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
+  model::LoadOptions lo;
+  lo.n_threads = o.threads;
+  lo.n_ctx = o.ctx_size;
+  EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
+  engine::EngineOptions eo;
+  eo.max_sequences = 1;
+  eo.eog_tokens = eog;
+  auto eng = std::make_unique<engine::Engine>(std::shared_ptr<model::Backend>(std::move(backend)),
+                                              eo);
+  return Loaded{shared, std::move(tok), std::move(eng)};
+}
+
+struct Outcome {
+  std::string text;
+  engine::DoneEvent done;
+};
+
+// Generates from `prompt`, streaming text to stdout as whole UTF-8 characters arrive.
+Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const RunOptions& o,
+                         uint64_t seed) {
+  engine::GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = o.n_predict;
+  req.sampling.temperature = o.temperature;
+  req.sampling.top_k = o.top_k;
+  req.sampling.top_p = o.top_p;
+  req.sampling.min_p = o.min_p;
+  req.sampling.repeat_penalty = o.repeat_penalty;
+  req.sampling.seed = seed;
+  auto sub = m.engine->submit(std::move(req));
+  if (!sub.ok()) return fail("{}", sub.error->message);
+  text::IncrementalDetokenizer detok(*m.tokenizer);
+  Outcome out;
+  while (auto ev = sub.stream->next()) {
+    if (auto* t = std::get_if<engine::TokenEvent>(&*ev)) {
+      std::string piece = detok.push(t->id);
+      out.text += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    } else {
+      out.done = std::get<engine::DoneEvent>(*ev);
+    }
+  }
+  std::string rest = detok.flush();
+  out.text += rest;
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fflush(stdout);
+  if (out.done.reason == engine::FinishReason::Error) return fail("{}", out.done.message);
+  return out;
+}
+
+void print_summary(const engine::DoneEvent& d) {
+  const auto& u = d.usage;
+  double prefill_tps = d.timings.prefill_ms > 0 ? u.prompt_tokens * 1000.0 / d.timings.prefill_ms : 0;
+  int32_t decoded = u.completion_tokens > 1 ? u.completion_tokens - 1 : 0;
+  double decode_tps = d.timings.decode_ms > 0 ? decoded * 1000.0 / d.timings.decode_ms : 0;
+  std::fprintf(stderr,
+               "\nember: prompt %d tokens, generated %d tokens, prefill %.1f tok/s, decode %.1f "
+               "tok/s, finish %s\n",
+               u.prompt_tokens, u.completion_tokens, prefill_tps, decode_tps,
+               std::string(engine::finish_reason_name(d.reason)).c_str());
+}
+
+int run_chat(Loaded& m, const RunOptions& o, uint64_t seed) {
+  const auto& vocab = m.tokenizer->vocab();
+  std::string source = vocab.chat_template;
+  if (source.empty()) {
+    auto builtin = text::builtin_template(m.engine->model_config().arch_name);
+    if (!builtin) {
+      std::fprintf(stderr, "ember run: the model has no chat template and ember has none built "
+                           "in for architecture '%s'\n",
+                   m.engine->model_config().arch_name.c_str());
+      return 1;
+    }
+    source = *builtin;
+  }
+  auto tmpl = text::ChatTemplate::parse(source);
+  if (!tmpl) {
+    std::fprintf(stderr, "ember run: %s\n", tmpl.message().c_str());
+    return 1;
+  }
+  auto piece = [&](int32_t id) { return id >= 0 ? m.tokenizer->token_to_piece(id, true) : ""; };
+  std::string bos = piece(vocab.bos), eos = piece(vocab.eos);
+  std::vector<text::ChatMessage> conv;
+  if (!o.system.empty()) conv.push_back({"system", o.system});
+  std::string line;
+  const bool tty = ::isatty(0);
+  for (int turn = 0;; ++turn) {
+    if (tty) std::fputs("> ", stdout), std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    conv.push_back({"user", line});
+    auto rendered = tmpl->render(conv, true, bos, eos);
+    if (!rendered) {
+      std::fprintf(stderr, "ember run: %s\n", rendered.message().c_str());
+      return 1;
+    }
+    auto ids = m.tokenizer->encode(*rendered, /*add_special=*/false, /*parse_special=*/true);
+    auto out = generate(m, ids, o, seed + static_cast<uint64_t>(turn));
+    if (!out) {
+      std::fprintf(stderr, "\nember run: %s\n", out.message().c_str());
+      return 1;
+    }
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    conv.push_back({"assistant", out->text});
+  }
+  if (tty) std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app{"Generate text in this process", "ember run"};
+  RunOptions o;
+  app.add_option("-m,--model", o.model, "GGUF file, or 'default'")
+      ->envname("EMBER_MODEL")
+      ->capture_default_str();
+  app.add_option("-p,--prompt", o.prompt, "prompt text");
+  app.add_option("-n,--n-predict", o.n_predict, "most tokens to generate")->capture_default_str();
+  app.add_option("--temp", o.temperature, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", o.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--repeat-penalty", o.repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  app.add_option("-s,--seed", o.seed, "sampling seed (-1: random)")->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "compute threads (0: all cores)")
+      ->envname("EMBER_THREADS")
+      ->capture_default_str();
+  app.add_option("-c,--ctx-size", o.ctx_size, "context size (0: min(model's, 4096))")
+      ->capture_default_str();
+  app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
+  app.add_option("--system", o.system, "system prompt for --chat");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!o.chat && o.prompt.empty()) {
+    std::fprintf(stderr, "ember run: give --prompt TEXT, or --chat\n");
+    return 2;
+  }
+  uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  auto loaded = load(o);
+  if (!loaded) {
+    std::fprintf(stderr, "ember run: %s\n", loaded.message().c_str());
+    return 1;
+  }
+  if (o.chat) return run_chat(*loaded, o, seed);
+  auto ids = loaded->tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  auto out = generate(*loaded, ids, o, seed);
+  if (!out) {
+    std::fprintf(stderr, "\nember run: %s\n", out.message().c_str());
+    return 1;
+  }
+  print_summary(out->done);
+  return 0;
+}
+
+}  // namespace ember::cli

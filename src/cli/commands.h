@@ -1,0 +1,13 @@
+// The `ember` subcommands. Each takes the argv that follows the subcommand name (argv[0] is
+// the subcommand) and returns the process exit code. Options are declared with CLI11, each
+// with its flag, environment variable, default and help: that declaration is the settings table.
+#pragma once
+
+namespace ember::cli {
+
+int cmd_run(int argc, char** argv);      // generate text in-process (one prompt, or --chat)
+int cmd_inspect(int argc, char** argv);  // print a GGUF file's metadata and tensor table
+int cmd_fixture(int argc, char** argv);  // write a small random-weight test model
+int cmd_serve(int argc, char** argv);    // the OpenAI-compatible HTTP server
+
+}  // namespace ember::cli
