@@ -111,8 +111,9 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 
 std::string describe(const File& f) {
   std::string out;
-  out += fmt::format("{}: GGUF v{}, alignment {}, {} tensors, {} metadata keys\n", f.path(),
-                     f.version(), f.alignment(), f.tensors().size(), f.metadata().size());
+  out += fmt::format("{}: GGUF v{}, alignment {}, {} tensors, {} metadata keys, data at byte {}\n",
+                     f.path(), f.version(), f.alignment(), f.tensors().size(), f.metadata().size(),
+                     f.data_offset());
 
   out += "\nmetadata:\n";
   size_t key_w = 0;

@@ -392,6 +392,7 @@ Result<File> File::open(const std::string& path) {
   // The data section starts at the next multiple of the alignment after the tensor infos.
   const uint64_t info_end = c.pos();
   const uint64_t data_start = (info_end + f.alignment_ - 1) / f.alignment_ * f.alignment_;
+  f.data_offset_ = data_start;
   for (auto& ti : f.tensors_) {
     if (ti.offset % f.alignment_ != 0) {
       return fail("{}: tensor '{}' offset {} is not a multiple of the alignment {}", path, ti.name,

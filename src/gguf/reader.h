@@ -69,6 +69,8 @@ class File {
   const std::string& path() const { return map_.path(); }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
+  // Byte offset of the data section (tensor offsets are relative to it); a multiple of alignment.
+  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
@@ -95,6 +97,7 @@ class File {
   MappedFile map_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<TensorInfo> tensors_;
