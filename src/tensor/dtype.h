@@ -30,9 +30,9 @@ enum class DType : uint32_t {
 
 // Known types only; nullopt for a GGUF type id ember does not support.
 std::optional<DType> dtype_from_gguf(uint32_t id);
-std::string_view dtype_name(DType t);                  // "F32", "Q4_K", ...
+std::string_view dtype_name(DType t);                         // "F32", "Q4_K", ...
 std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
-int64_t block_elems(DType t);                          // 1 for F32/F16/BF16, 32, or 256 (K types)
+int64_t block_elems(DType t);  // 1 for F32/F16/BF16, 32, or 256 (K types)
 size_t block_bytes(DType t);
 // Bytes of one row of n elements; n must be a multiple of block_elems(t).
 inline size_t row_bytes(DType t, int64_t n) {

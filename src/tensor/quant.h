@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "tensor/dtype.h"
 
@@ -35,5 +36,12 @@ float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
+
+// SIMD kernels are used when the CPU has them, unless switched off (tests compare both paths;
+// process-wide, meant for tests and benchmarks, not for flipping while kernels run).
+void set_simd_enabled(bool enabled);
+bool simd_enabled();
+// The instruction set the dispatched kernels use: "avx512-vnni", "avx2" or "scalar".
+std::string_view simd_level();
 
 }  // namespace ember::tensor

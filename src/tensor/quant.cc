@@ -1,0 +1,145 @@
+// Type-keyed dispatch for quantize / dequantize / vec_dot: the scalar references (ref::) and the
+// run-time-selected SIMD kernels (quant_avx2.cc), plus the fp16/bf16 conversions.
+#include "tensor/quant.h"
+
+#include <array>
+#include <atomic>
+
+#include "base/result.h"
+#include "tensor/quant_blocks.h"
+#include "tensor/quant_simd.h"
+
+namespace ember::tensor {
+namespace {
+
+struct Kernels {
+  void (*dequant)(const void*, float*, int64_t) = nullptr;
+  void (*quant)(const float*, void*, int64_t) = nullptr;
+  float (*dot)(int64_t, const void*, const void*) = nullptr;
+  DType vdt = DType::F32;
+};
+
+constexpr size_t kMaxId = 31;
+
+std::array<Kernels, kMaxId> make_ref_table() {
+  using namespace refk;
+  std::array<Kernels, kMaxId> t{};
+  auto set = [&](DType d, Kernels k) { t[static_cast<size_t>(d)] = k; };
+  set(DType::F32, {dequant_f32, quant_f32, dot_f32, DType::F32});
+  set(DType::F16, {dequant_f16, quant_f16, dot_f16, DType::F16});
+  set(DType::BF16, {dequant_bf16, quant_bf16, dot_bf16, DType::BF16});
+  set(DType::Q4_0, {dequant_q4_0, quant_q4_0, dot_q4_0, DType::Q8_0});
+  set(DType::Q4_1, {dequant_q4_1, quant_q4_1, dot_q4_1, DType::Q8_1});
+  set(DType::Q5_0, {dequant_q5_0, quant_q5_0, dot_q5_0, DType::Q8_0});
+  set(DType::Q5_1, {dequant_q5_1, quant_q5_1, dot_q5_1, DType::Q8_1});
+  set(DType::Q8_0, {dequant_q8_0, quant_q8_0, dot_q8_0, DType::Q8_0});
+  set(DType::Q8_1, {dequant_q8_1, quant_q8_1, nullptr, DType::Q8_1});
+  set(DType::Q2_K, {dequant_q2_k, quant_q2_k, dot_q2_k, DType::Q8_K});
+  set(DType::Q3_K, {dequant_q3_k, quant_q3_k, dot_q3_k, DType::Q8_K});
+  set(DType::Q4_K, {dequant_q4_k, quant_q4_k, dot_q4_k, DType::Q8_K});
+  set(DType::Q5_K, {dequant_q5_k, quant_q5_k, dot_q5_k, DType::Q8_K});
+  set(DType::Q6_K, {dequant_q6_k, quant_q6_k, dot_q6_k, DType::Q8_K});
+  set(DType::Q8_K, {dequant_q8_k, quant_q8_k, nullptr, DType::Q8_K});
+  return t;
+}
+
+const std::array<Kernels, kMaxId>& ref_table() {
+  static const auto table = make_ref_table();
+  return table;
+}
+
+// The reference table with every kernel the CPU can run faster swapped in.
+std::array<Kernels, kMaxId> make_fast_table() {
+  auto t = ref_table();
+  simd::KernelOverrides o = simd::best_kernels();
+  for (size_t i = 0; i < kMaxId; ++i) {
+    if (o.dequant[i]) t[i].dequant = o.dequant[i];
+    if (o.quant[i]) t[i].quant = o.quant[i];
+    if (o.dot[i]) t[i].dot = o.dot[i];
+  }
+  return t;
+}
+
+const std::array<Kernels, kMaxId>& fast_table() {
+  static const auto table = make_fast_table();
+  return table;
+}
+
+std::atomic<bool> g_simd_enabled{true};
+
+const Kernels& kernels_of(const std::array<Kernels, kMaxId>& table, DType t) {
+  const auto id = static_cast<size_t>(t);
+  EMBER_ASSERT(id < kMaxId && table[id].dequant != nullptr);
+  return table[id];
+}
+
+const Kernels& active(DType t) {
+  return kernels_of(g_simd_enabled.load(std::memory_order_relaxed) ? fast_table() : ref_table(), t);
+}
+
+void check_len(DType t, int64_t n) {
+  EMBER_ASSERT(n >= 0 && n % block_elems(t) == 0);
+}
+
+}  // namespace
+
+void set_simd_enabled(bool enabled) {
+  g_simd_enabled.store(enabled, std::memory_order_relaxed);
+}
+bool simd_enabled() {
+  return g_simd_enabled.load(std::memory_order_relaxed);
+}
+std::string_view simd_level() {
+  return simd::level_name();
+}
+
+DType vec_dot_type(DType weight) {
+  return kernels_of(ref_table(), weight).vdt;
+}
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  check_len(t, n);
+  active(t).dequant(src, dst, n);
+}
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  check_len(t, n);
+  active(t).quant(src, dst, n);
+}
+float vec_dot(DType w, int64_t n, const void* w_row, const void* act_row) {
+  check_len(w, n);
+  const auto& k = active(w);
+  EMBER_ASSERT(k.dot != nullptr);  // Q8_1 / Q8_K are activation types only
+  return k.dot(n, w_row, act_row);
+}
+
+namespace ref {
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  check_len(t, n);
+  kernels_of(ref_table(), t).dequant(src, dst, n);
+}
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  check_len(t, n);
+  kernels_of(ref_table(), t).quant(src, dst, n);
+}
+float vec_dot(DType w, int64_t n, const void* w_row, const void* act_row) {
+  check_len(w, n);
+  const auto& k = kernels_of(ref_table(), w);
+  EMBER_ASSERT(k.dot != nullptr);
+  return k.dot(n, w_row, act_row);
+}
+}  // namespace ref
+
+float fp16_to_f32(uint16_t h) {
+  return half_to_float(h);
+}
+uint16_t f32_to_fp16(float f) {
+  return float_to_half(f);
+}
+float bf16_to_f32(uint16_t h) {
+  return bfloat_to_float(h);
+}
+uint16_t f32_to_bf16(float f) {
+  return float_to_bfloat(f);
+}
+
+}  // namespace ember::tensor
