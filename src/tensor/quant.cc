@@ -112,6 +112,12 @@ float vec_dot(DType w, int64_t n, const void* w_row, const void* act_row) {
   return k.dot(n, w_row, act_row);
 }
 
+DotKernel active_dot_kernel(DType w) {
+  const auto& k = active(w);
+  EMBER_ASSERT(k.dot != nullptr);
+  return k.dot;
+}
+
 namespace ref {
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   check_len(t, n);

@@ -21,3 +21,11 @@ KernelOverrides best_kernels();
 std::string_view level_name();
 
 }  // namespace ember::tensor::simd
+
+namespace ember::tensor {
+enum class DType : uint32_t;
+// The vec_dot kernel quant.h's vec_dot would call now (SIMD or reference), resolved once so a
+// matmul's inner loop skips the per-call dispatch.
+using DotKernel = float (*)(int64_t n, const void* w_row, const void* act_row);
+DotKernel active_dot_kernel(DType w);
+}  // namespace ember::tensor
