@@ -1,0 +1,111 @@
+// The dispatched (SIMD) kernels against the scalar references, across sizes and misalignments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "tensor/quant.h"
+#include "tensor_test_util.h"
+
+namespace ember::tensor {
+namespace {
+
+using testing::random_floats;
+
+// Copies bytes to a buffer at `offset` bytes past a 64-byte boundary.
+struct Misaligned {
+  std::vector<uint8_t> storage;
+  uint8_t* p;
+  Misaligned(const std::vector<uint8_t>& src, size_t offset) : storage(src.size() + 128) {
+    auto base = reinterpret_cast<uintptr_t>(storage.data());
+    p = storage.data() + ((64 - base % 64) % 64) + offset;
+    std::memcpy(p, src.data(), src.size());
+  }
+};
+
+class SimdOn {
+ public:
+  SimdOn() { set_simd_enabled(true); }
+  ~SimdOn() { set_simd_enabled(true); }
+};
+
+std::vector<int64_t> sizes_for(DType t) {
+  const int64_t b = t == DType::F32 || t == DType::F16 || t == DType::BF16 ? 32 : block_elems(t);
+  std::vector<int64_t> out;
+  if (block_elems(t) == 1) {
+    for (int64_t n = 1; n <= 40; ++n) out.push_back(n);  // every tail length
+  }
+  for (int64_t k = 1; k <= 5; ++k) out.push_back(k * b);
+  out.push_back(4096 + b);
+  out.push_back(11008);
+  return out;
+}
+
+TEST(QuantSimd, reports_the_instruction_set_in_use) {
+  const auto level = simd_level();
+  EXPECT_TRUE(level == "avx2" || level == "scalar") << level;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_EQ(level, "avx2");
+  }
+}
+
+TEST(QuantSimd, vec_dot_matches_the_reference_across_sizes_and_misalignments) {
+  SimdOn guard;
+  for (DType t : testing::weight_types()) {
+    const DType at = vec_dot_type(t);
+    for (int64_t n : sizes_for(t)) {
+      const auto w = random_floats(n, static_cast<uint32_t>(n) * 3 + 1);
+      const auto a = random_floats(n, static_cast<uint32_t>(n) * 7 + 2, 2.0f);
+      const auto wq = testing::quantized(t, w);
+      const auto aq = testing::quantized(at, a);
+      const auto wd = testing::dequantized(t, wq.data(), n);
+      const auto ad = testing::dequantized(at, aq.data(), n);
+      double mag = 0;
+      for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(wd[i]) * ad[i]);
+      const float want = ref::vec_dot(t, n, wq.data(), aq.data());
+      for (size_t off = 0; off < 8; ++off) {
+        Misaligned mw(wq, off), ma(aq, (off * 3) % 8);
+        const float got = vec_dot(t, n, mw.p, ma.p);
+        ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
+            << dtype_name(t) << " n=" << n << " offset=" << off;
+      }
+    }
+  }
+}
+
+TEST(QuantSimd, activation_quantizers_are_bit_identical_to_the_reference) {
+  SimdOn guard;
+  for (DType t : {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DType::BF16}) {
+    for (int64_t blocks : {1, 2, 3, 17}) {
+      const int64_t n = blocks * (t == DType::Q8_0 || t == DType::Q8_1 ? 32 : 256);
+      auto x = random_floats(n, static_cast<uint32_t>(blocks), 4.0f);
+      if (blocks == 2) {
+        // Exact .5 products: values k/2 with a block maximum of 127 make x * (1/d) land on ties.
+        for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 255 - 127) / 2.0f;
+        for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
+      }
+      if (blocks == 3) std::fill(x.begin(), x.begin() + std::min<int64_t>(n, 256), 0.0f);
+      std::vector<uint8_t> want(row_bytes(t, n)), got(row_bytes(t, n) + 8);
+      ref::quantize_row(t, x.data(), want.data(), n);
+      for (size_t off : {0, 1, 3}) {
+        quantize_row(t, x.data(), got.data() + off, n);
+        ASSERT_EQ(0, std::memcmp(got.data() + off, want.data(), want.size()))
+            << dtype_name(t) << " n=" << n << " offset=" << off;
+      }
+    }
+  }
+}
+
+TEST(QuantSimd, can_be_switched_off_to_run_the_reference) {
+  const int64_t n = 512;
+  const auto wq = testing::quantized(DType::Q4_K, random_floats(n, 1));
+  const auto aq = testing::quantized(DType::Q8_K, random_floats(n, 2));
+  set_simd_enabled(false);
+  EXPECT_FALSE(simd_enabled());
+  const float off = vec_dot(DType::Q4_K, n, wq.data(), aq.data());
+  set_simd_enabled(true);
+  EXPECT_EQ(off, ref::vec_dot(DType::Q4_K, n, wq.data(), aq.data()));
+}
+
+}  // namespace
+}  // namespace ember::tensor
