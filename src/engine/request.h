@@ -17,10 +17,10 @@
 namespace ember::engine {
 
 struct SamplingParams {
-  float temperature = 0.8f;  // 0: greedy
-  int32_t top_k = 40;        // 0: off
-  float top_p = 0.95f;       // 1: off
-  float min_p = 0.05f;       // 0: off
+  float temperature = 0.8f;     // 0: greedy
+  int32_t top_k = 40;           // 0: off
+  float top_p = 0.95f;          // 1: off
+  float min_p = 0.05f;          // 0: off
   float repeat_penalty = 1.0f;  // 1: off (applied over the last repeat_last_n tokens)
   int32_t repeat_last_n = 64;
   float presence_penalty = 0.0f;

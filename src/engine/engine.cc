@@ -1,0 +1,449 @@
+// The engine thread: mailbox, admission, the poll sites and the batched step. See engine.h for
+// the contract; the comments here say why the code is shaped the way it is.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "engine/event_stream.h"
+#include "engine/sampler.h"
+
+namespace ember::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// One request, from submit to its DoneEvent.
+struct Req {
+  uint64_t id = 0;
+  GenerateRequest g;
+  std::shared_ptr<EventChannel> ch;
+  // Set (first writer wins) by Engine::cancel from any thread; read at every poll, so a cancel
+  // that arrives while a hook blocks is seen by the re-poll without a trip through the mailbox.
+  std::atomic<int> ext_cause{0};
+  Clock::time_point t_submit, t_admit, t_first;
+
+  // Engine thread only.
+  std::shared_ptr<const GenHooks> hooks;  // snapshot taken at admission
+  std::unique_ptr<model::Sequence> seq;
+  std::optional<Sampler> sampler;
+  int32_t prompt_len = 0;
+  int32_t pos = 0;      // prompt tokens already prefilled
+  int32_t max_gen = 0;  // max_tokens clipped to the context
+  int32_t n_gen = 0;    // tokens delivered
+  int32_t decode_step = 0;
+  int32_t last = -1;    // the token the next decode step feeds
+  bool seeded = false;  // the first token has been produced
+  bool finished = false;
+};
+
+enum class Site { PrefillChunk, Seed, DecodeStep };
+
+}  // namespace
+
+struct Engine::Impl {
+  std::shared_ptr<model::Backend> backend;
+  EngineOptions opts;
+  int32_t n_ctx = 0;
+  int32_t n_vocab = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Req>> inbox;                       // guarded by mu
+  std::unordered_map<uint64_t, std::shared_ptr<Req>> registry;  // guarded by mu
+  int32_t in_flight = 0;                                        // guarded by mu
+  std::shared_ptr<const GenHooks> hooks;                        // guarded by mu
+  std::atomic<bool> shutdown{false};
+  uint64_t next_id = 1;  // guarded by mu
+
+  std::atomic<int32_t> n_active{0}, n_queued{0};
+  std::atomic<uint64_t> n_steps{0}, n_tokens{0}, n_prompt{0};
+  std::atomic<int64_t> kv_bytes{0};
+
+  // Engine thread only.
+  std::deque<std::shared_ptr<Req>> waiting;
+  std::vector<std::shared_ptr<Req>> active;
+  std::vector<Req*> batch;
+  std::vector<model::ForwardItem> items;
+  std::vector<float> logits;
+  std::thread thread;
+
+  void run();
+  void sweep_waiting();
+  void admit(const std::shared_ptr<const GenHooks>& snapshot);
+  void step();
+  CancelCause check(Req& r, bool counted);
+  CancelCause poll_site(Req& r);
+  void produce(Req& r, const float* row);
+  void finish(Req& r, FinishReason reason, CancelCause cause, std::string message);
+  std::optional<SubmitError> validate(const GenerateRequest& g) const;
+  bool is_eog(int32_t tok) const {
+    return std::find(opts.eog_tokens.begin(), opts.eog_tokens.end(), tok) != opts.eog_tokens.end();
+  }
+};
+
+Engine::Engine(std::shared_ptr<model::Backend> backend, EngineOptions opts)
+    : impl_(std::make_unique<Impl>()) {
+  EMBER_ASSERT(backend != nullptr);
+  EMBER_ASSERT(opts.max_sequences >= 1 && opts.max_queued >= 0);
+  EMBER_ASSERT(opts.prefill_chunk >= 1 && opts.event_queue_capacity >= 1);
+  impl_->backend = std::move(backend);
+  impl_->opts = std::move(opts);
+  impl_->n_ctx = impl_->backend->n_ctx();
+  impl_->n_vocab = impl_->backend->config().n_vocab;
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+Engine::~Engine() {
+  signal_shutdown();
+  impl_->thread.join();
+}
+
+const model::ModelConfig& Engine::model_config() const {
+  return impl_->backend->config();
+}
+int32_t Engine::n_ctx() const {
+  return impl_->n_ctx;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.active = impl_->n_active.load();
+  s.queued = impl_->n_queued.load();
+  s.steps = impl_->n_steps.load();
+  s.tokens_generated = impl_->n_tokens.load();
+  s.prompt_tokens = impl_->n_prompt.load();
+  s.kv_bytes = impl_->kv_bytes.load();
+  return s;
+}
+
+void Engine::set_hooks(GenHooks h) {
+  std::shared_ptr<const GenHooks> p;
+  if (h.on_before_prefill_chunk || h.on_before_seed || h.on_before_decode_step) {
+    p = std::make_shared<const GenHooks>(std::move(h));
+  }
+  std::lock_guard lk(impl_->mu);
+  impl_->hooks = std::move(p);
+}
+
+void Engine::signal_shutdown() {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->shutdown.store(true);
+  }
+  impl_->cv.notify_all();
+}
+
+void Engine::cancel(uint64_t id, CancelCause cause) {
+  if (cause == CancelCause::None) cause = CancelCause::Client;
+  std::lock_guard lk(impl_->mu);
+  auto it = impl_->registry.find(id);
+  if (it == impl_->registry.end()) return;  // already finished: nothing to stop
+  int expected = 0;
+  it->second->ext_cause.compare_exchange_strong(expected, static_cast<int>(cause));
+  impl_->cv.notify_all();
+}
+
+std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) const {
+  using K = SubmitError::Kind;
+  auto bad = [](K k, std::string m) { return SubmitError{k, std::move(m)}; };
+  if (g.prompt.empty()) return bad(K::InvalidRequest, "prompt is empty");
+  if (g.prompt.size() > size_t(n_ctx)) {
+    return bad(K::PromptTooLong,
+               fmt::format("prompt has {} tokens; context is {}", g.prompt.size(), n_ctx));
+  }
+  for (size_t i = 0; i < g.prompt.size(); ++i) {
+    if (g.prompt[i] < 0 || g.prompt[i] >= n_vocab) {
+      return bad(K::InvalidRequest,
+                 fmt::format("prompt token {} at position {} is outside the vocabulary (0..{})",
+                             g.prompt[i], i, n_vocab - 1));
+    }
+  }
+  if (g.max_tokens < 1) {
+    return bad(K::InvalidRequest,
+               fmt::format("max_tokens must be at least 1 (got {})", g.max_tokens));
+  }
+  const SamplingParams& s = g.sampling;
+  if (!(s.temperature >= 0.f)) {
+    return bad(K::InvalidRequest, fmt::format("temperature must be >= 0 (got {})", s.temperature));
+  }
+  if (s.top_k < 0)
+    return bad(K::InvalidRequest, fmt::format("top_k must be >= 0 (got {})", s.top_k));
+  if (!(s.top_p > 0.f && s.top_p <= 1.f)) {
+    return bad(K::InvalidRequest, fmt::format("top_p must be in (0, 1] (got {})", s.top_p));
+  }
+  if (!(s.min_p >= 0.f && s.min_p <= 1.f)) {
+    return bad(K::InvalidRequest, fmt::format("min_p must be in [0, 1] (got {})", s.min_p));
+  }
+  if (!(s.repeat_penalty > 0.f)) {
+    return bad(K::InvalidRequest,
+               fmt::format("repeat_penalty must be > 0 (got {})", s.repeat_penalty));
+  }
+  if (s.top_logprobs < 0 || s.top_logprobs > 20) {
+    return bad(K::InvalidRequest,
+               fmt::format("top_logprobs must be in 0..20 (got {})", s.top_logprobs));
+  }
+  return std::nullopt;
+}
+
+SubmitResult Engine::submit(GenerateRequest req) {
+  SubmitResult res;
+  if (auto err = impl_->validate(req)) {
+    res.error = std::move(err);
+    return res;
+  }
+  auto r = std::make_shared<Req>();
+  r->g = std::move(req);
+  r->prompt_len = static_cast<int32_t>(r->g.prompt.size());
+  r->t_submit = Clock::now();
+  {
+    std::lock_guard lk(impl_->mu);
+    if (impl_->shutdown.load()) {
+      res.error = SubmitError{SubmitError::Kind::ShuttingDown, "engine is shutting down"};
+      return res;
+    }
+    const int32_t limit = impl_->opts.max_sequences + impl_->opts.max_queued;
+    if (impl_->in_flight >= limit) {
+      // Fail fast rather than queue without bound: the caller can shed load (HTTP 503).
+      res.error = SubmitError{
+          SubmitError::Kind::Overloaded,
+          fmt::format("engine overloaded: {} requests in flight (max_sequences {} + max_queued "
+                      "{}); retry later",
+                      impl_->in_flight, impl_->opts.max_sequences, impl_->opts.max_queued)};
+      return res;
+    }
+    r->id = impl_->next_id++;
+    r->ch = std::make_shared<EventChannel>(r->id, impl_->opts.event_queue_capacity);
+    res.stream = std::make_shared<StreamHandle>(r->ch);
+    impl_->registry.emplace(r->id, r);
+    impl_->in_flight++;
+    impl_->n_queued.fetch_add(1);
+    impl_->inbox.push_back(std::move(r));
+  }
+  impl_->cv.notify_all();
+  return res;
+}
+
+void Engine::Impl::run() {
+  for (;;) {
+    std::shared_ptr<const GenHooks> snapshot;
+    {
+      std::unique_lock lk(mu);
+      if (active.empty() && waiting.empty()) {
+        cv.wait(lk, [&] { return !inbox.empty() || shutdown.load(); });
+      }
+      while (!inbox.empty()) {
+        waiting.push_back(std::move(inbox.front()));
+        inbox.pop_front();
+      }
+      snapshot = hooks;
+    }
+    sweep_waiting();
+    admit(snapshot);
+    if (active.empty()) {
+      if (shutdown.load() && waiting.empty()) break;
+      continue;
+    }
+    step();
+  }
+}
+
+// Cause to stop `r` now, or None. `counted`: the site's one counted poll of the request's
+// token (is_cancelled); the re-poll after the hook only peeks, so a budget of n is n steps.
+CancelCause Engine::Impl::check(Req& r, bool counted) {
+  const bool tok = counted ? r.g.cancel.is_cancelled() : r.g.cancel.peek_cancelled();
+  if (int ext = r.ext_cause.load(std::memory_order_acquire)) return static_cast<CancelCause>(ext);
+  if (tok) return r.g.cancel.peek_cancelled() ? CancelCause::Client : CancelCause::Budget;
+  if (shutdown.load(std::memory_order_acquire)) return CancelCause::Shutdown;
+  if (r.g.deadline && Clock::now() >= *r.g.deadline) return CancelCause::Deadline;
+  if (r.ch->consumer_gone()) return CancelCause::Client;
+  return CancelCause::None;
+}
+
+// Queued requests can be cancelled too; they are checked without counting a poll, since no
+// step of theirs is about to run.
+void Engine::Impl::sweep_waiting() {
+  for (auto& r : waiting) {
+    CancelCause c = check(*r, /*counted=*/false);
+    if (c != CancelCause::None) finish(*r, FinishReason::Cancelled, c, "");
+  }
+  std::erase_if(waiting, [](const auto& r) { return r->finished; });
+}
+
+void Engine::Impl::admit(const std::shared_ptr<const GenHooks>& snapshot) {
+  while (!waiting.empty() && active.size() < size_t(opts.max_sequences)) {
+    std::shared_ptr<Req> r = std::move(waiting.front());
+    waiting.pop_front();
+    r->t_admit = Clock::now();
+    r->hooks = snapshot;
+    r->max_gen = std::min(r->g.max_tokens, n_ctx - r->prompt_len);
+    n_queued.fetch_sub(1);
+    n_active.fetch_add(1);
+    n_prompt.fetch_add(uint64_t(r->prompt_len));
+    if (r->max_gen <= 0) {  // the prompt fills the context: no room for one token
+      finish(*r, FinishReason::Length, CancelCause::None, "");
+      continue;
+    }
+    // A fresh sequence per request, destroyed at finish: no state can leak between requests.
+    r->seq = backend->new_sequence(r->prompt_len + r->max_gen);
+    r->sampler.emplace(r->g.sampling, n_vocab);
+    r->sampler->add_prompt(r->g.prompt);
+    kv_bytes.store(backend->live_kv_bytes());
+    active.push_back(std::move(r));
+  }
+}
+
+// poll -> hook -> re-poll. The site is the work `r` does in this step.
+CancelCause Engine::Impl::poll_site(Req& r) {
+  CancelCause c = check(r, /*counted=*/true);
+  if (c != CancelCause::None) return c;
+  const GenHooks* h = r.hooks.get();
+  if (h) {
+    if (r.seeded) {
+      if (h->on_before_decode_step) h->on_before_decode_step(r.id, r.decode_step);
+    } else if (r.prompt_len - r.pos > opts.prefill_chunk) {
+      if (h->on_before_prefill_chunk) h->on_before_prefill_chunk(r.id, r.pos);
+    } else {
+      if (h->on_before_seed) h->on_before_seed(r.id);
+    }
+  }
+  return check(r, /*counted=*/false);
+}
+
+void Engine::Impl::step() {
+  batch.clear();
+  for (auto& r : active) {
+    CancelCause c = poll_site(*r);
+    if (c != CancelCause::None) {
+      finish(*r, FinishReason::Cancelled, c, "");
+    } else {
+      batch.push_back(r.get());
+    }
+  }
+  // A later request's hook may have blocked after an earlier one's re-poll: peek once more so
+  // a cancel that arrived meanwhile does not run this step's work.
+  std::erase_if(batch, [&](Req* r) {
+    CancelCause c = check(*r, /*counted=*/false);
+    if (c == CancelCause::None) return false;
+    finish(*r, FinishReason::Cancelled, c, "");
+    return true;
+  });
+
+  items.clear();
+  size_t n_rows = 0;
+  for (Req* r : batch) {
+    model::ForwardItem it;
+    it.seq = r->seq.get();
+    if (!r->seeded) {
+      // Non-final chunks are prefill_chunk long; the final chunk (the rest) is the seed.
+      const int32_t n = std::min(opts.prefill_chunk, r->prompt_len - r->pos);
+      it.tokens = std::span<const int32_t>(r->g.prompt.data() + r->pos, size_t(n));
+      it.want_logits = r->pos + n == r->prompt_len;
+    } else {
+      it.tokens = std::span<const int32_t>(&r->last, 1);
+      it.want_logits = true;
+    }
+    n_rows += it.want_logits ? 1 : 0;
+    items.push_back(it);
+  }
+  if (!items.empty()) {
+    logits.resize(n_rows * size_t(n_vocab));
+    Status st = backend->forward(items, logits);
+    n_steps.fetch_add(1);
+    if (!st.ok()) {
+      for (Req* r : batch) {
+        finish(*r, FinishReason::Error, CancelCause::None, "model forward failed: " + st.message());
+      }
+    } else {
+      size_t row = 0;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Req& r = *batch[i];
+        if (!items[i].want_logits) {
+          r.pos += static_cast<int32_t>(items[i].tokens.size());
+          continue;
+        }
+        produce(r, logits.data() + row * size_t(n_vocab));
+        ++row;
+      }
+    }
+  }
+  std::erase_if(active, [](const auto& r) { return r->finished; });
+}
+
+// Samples the next token from `row` and delivers it (or finishes the request).
+void Engine::Impl::produce(Req& r, const float* row) {
+  if (!r.seeded) {
+    r.pos = r.prompt_len;
+    r.seeded = true;
+    r.t_first = Clock::now();
+  } else {
+    ++r.decode_step;
+  }
+  TokenChoice c = r.sampler->sample(std::span<const float>(row, size_t(n_vocab)));
+  if (is_eog(c.token)) {  // the end-of-generation token itself is not part of the output
+    finish(r, FinishReason::Stop, CancelCause::None, "");
+    return;
+  }
+  r.sampler->accept(c.token);
+  if (!r.ch->push_token(TokenEvent{c.token, c.logprob, std::move(c.top)})) {
+    finish(r, FinishReason::Cancelled, CancelCause::SlowConsumer,
+           fmt::format("consumer fell {} events behind", opts.event_queue_capacity));
+    return;
+  }
+  ++r.n_gen;
+  n_tokens.fetch_add(1);
+  if (r.n_gen >= r.max_gen) {
+    finish(r, FinishReason::Length, CancelCause::None, "");
+    return;
+  }
+  r.last = c.token;
+}
+
+// Releases the request's resources, THEN delivers its DoneEvent: a consumer that has seen the
+// DoneEvent can rely on stats() and the backend's live KV memory no longer counting it.
+void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::string message) {
+  EMBER_ASSERT(!r.finished);
+  r.finished = true;
+  const auto now = Clock::now();
+  const bool admitted = r.t_admit != Clock::time_point{};
+  if (admitted) {
+    r.seq.reset();
+    r.sampler.reset();
+    kv_bytes.store(backend->live_kv_bytes());
+    n_active.fetch_sub(1);
+  } else {
+    n_queued.fetch_sub(1);
+  }
+  {
+    std::lock_guard lk(mu);
+    registry.erase(r.id);
+    in_flight--;
+  }
+  DoneEvent d;
+  d.reason = reason;
+  d.cause = cause;
+  d.usage.prompt_tokens = r.prompt_len;
+  d.usage.completion_tokens = r.n_gen;
+  d.timings.queued_ms = ms_between(r.t_submit, admitted ? r.t_admit : now);
+  if (admitted) d.timings.prefill_ms = ms_between(r.t_admit, r.seeded ? r.t_first : now);
+  if (r.seeded) d.timings.decode_ms = ms_between(r.t_first, now);
+  if (reason == FinishReason::Cancelled && message.empty()) {
+    message = fmt::format("cancelled ({}) after {} tokens", cancel_cause_name(cause), r.n_gen);
+  }
+  d.message = std::move(message);
+  r.ch->push_done(std::move(d));
+}
+
+}  // namespace ember::engine

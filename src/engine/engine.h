@@ -1,0 +1,105 @@
+// The engine: one thread that owns the model backend, the KV sequences and the scheduler.
+// Everyone else talks to it through its mailbox (submit / cancel / signal_shutdown) and reads
+// results from a bounded per-request EventStream. The engine never blocks on a consumer.
+//
+// Each step: drain the mailbox (control messages — cancel, shutdown — before queued work),
+// admit queued requests up to max_sequences, then one batched forward that advances every
+// active sequence: one decode token for each decoding sequence plus at most one prefill chunk
+// (prefill_chunk tokens) per prefilling sequence.
+//
+// Cancellation contract (DESIGN.md §3): each live request is polled at three sites, in the
+// order poll -> hook -> re-poll -> work: before every prefill chunk, before the "seed" forward
+// that yields the first token's logits, and before every decode step; the engine's shutdown
+// flag is polled at the same sites. The residual, non-interruptible work of a cancelled
+// request is therefore at most one prefill chunk, one seed forward, or one decode step.
+// A request stopped before its first token produces zero tokens. Every admitted or queued
+// request ends with exactly one DoneEvent, including at shutdown.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/cancel.h"
+#include "engine/request.h"
+#include "model/backend.h"
+
+namespace ember::engine {
+
+// Test hooks (DESIGN.md §3). Snapshotted when a request is admitted; may block (a test holds
+// a barrier there); must not call back into the engine's control plane (submit, cancel,
+// signal_shutdown, destruction). Production builds pay one null check per site.
+struct GenHooks {
+  // request id, position of the first token of the chunk (0, 512, 1024, ...)
+  std::function<void(uint64_t id, int32_t chunk_pos)> on_before_prefill_chunk;
+  std::function<void(uint64_t id)> on_before_seed;
+  // request id, index of the token this step will produce (0 = the token after the first)
+  std::function<void(uint64_t id, int32_t step)> on_before_decode_step;
+};
+
+struct EngineOptions {
+  int32_t max_sequences = 8;            // active (prefilling or decoding) at once
+  int32_t max_queued = 64;              // waiting for admission; beyond: overloaded
+  int32_t prefill_chunk = 512;          // tokens per prefill chunk
+  int32_t event_queue_capacity = 1024;  // per request; a consumer this far behind: slow_consumer
+  std::vector<int32_t> eog_tokens;      // end-of-generation ids: finish with `stop`
+};
+
+// Consumer side of one request's bounded event queue. Thread-safe.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  virtual uint64_t id() const = 0;
+  // Blocks until an event is available; nullopt once the DoneEvent has been taken.
+  virtual std::optional<Event> next() = 0;
+  virtual std::optional<Event> try_next() = 0;
+  // Called from the engine thread after each push (and at the end); must not block.
+  // Set it before the first event can arrive, or call try_next() after setting it.
+  virtual void set_waker(std::function<void()> waker) = 0;
+};
+
+struct SubmitError {
+  enum class Kind { Overloaded, PromptTooLong, InvalidRequest, ShuttingDown };
+  Kind kind = Kind::InvalidRequest;
+  std::string message;  // e.g. "prompt has 2049 tokens; context is 2048"
+};
+
+struct SubmitResult {
+  std::shared_ptr<EventStream> stream;  // set on success
+  std::optional<SubmitError> error;     // set on failure
+  bool ok() const { return stream != nullptr; }
+};
+
+struct EngineStats {
+  int32_t active = 0;
+  int32_t queued = 0;
+  uint64_t steps = 0;  // forward passes run so far (liveness: must advance)
+  uint64_t tokens_generated = 0;
+  uint64_t prompt_tokens = 0;
+  int64_t kv_bytes = 0;  // backend live KV memory
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<model::Backend> backend, EngineOptions opts);
+  ~Engine();  // signals shutdown, ends every request with a terminal event, joins the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  SubmitResult submit(GenerateRequest req);
+  void cancel(uint64_t id, CancelCause cause = CancelCause::Client);
+  void signal_shutdown();  // idempotent; in-flight requests end `cancelled` (shutdown)
+  void set_hooks(GenHooks hooks);
+  EngineStats stats() const;
+  const model::ModelConfig& model_config() const;
+  int32_t n_ctx() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember::engine
