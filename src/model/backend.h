@@ -35,6 +35,17 @@ struct ModelConfig {
   int32_t sliding_pattern = 0;      // gemma3: every n-th layer is global
   float attn_scale = 0.f;           // 0 = 1/sqrt(head_dim)
   bool tied_output = false;
+  // Added by the model layer:
+  int32_t rope_dim = 0;             // dimensions rotated per head ({arch}.rope.dimension_count)
+  bool rope_neox = false;           // rotate (i, i + rope_dim/2) pairs, not (2i, 2i+1)
+  float rope_freq_scale = 1.f;      // linear rope scaling (1/factor); gemma3: global layers only
+  bool has_rope_freqs = false;      // llama3: rope_freqs.weight divides each frequency
+  float final_logit_softcap = 0.f;  // 0 = none; else logits = c * tanh(logits / c)
+  // gemma3: true when layer il uses the sliding window and the local rope base.
+  bool is_sliding(int32_t il) const {
+    return sliding_window > 0 && sliding_pattern > 0 &&
+           (il % sliding_pattern) < sliding_pattern - 1;
+  }
 };
 
 // The KV state of one sequence. Created per request and destroyed with it (never reset field

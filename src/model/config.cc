@@ -1,0 +1,109 @@
+// read_config: the hyperparameters of a GGUF model, with llama.cpp's defaults and the
+// architecture rules llama.cpp hard-codes (gemma3's sliding-window pattern and attention scale).
+#include <cmath>
+#include <string>
+
+#include "model/backend.h"
+
+namespace ember::model {
+namespace {
+
+Result<int32_t> get_pos_int(const gguf::File& f, const std::string& key) {
+  EMBER_TRY(int64_t v, f.get_int(key));
+  if (v <= 0 || v > (1 << 30))
+    return fail("{}: metadata '{}' = {} is out of range", f.path(), key, v);
+  return static_cast<int32_t>(v);
+}
+
+Result<int32_t> get_pos_int_or(const gguf::File& f, const std::string& key, int32_t def) {
+  if (!f.find(key)) return def;
+  return get_pos_int(f, key);
+}
+
+}  // namespace
+
+Result<ModelConfig> read_config(const gguf::File& f) {
+  ModelConfig c;
+  EMBER_TRY(c.arch_name, f.get_string("general.architecture"));
+  if (c.arch_name == "llama") {
+    c.arch = Arch::Llama;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::Qwen3;
+  } else if (c.arch_name == "gemma3") {
+    c.arch = Arch::Gemma3;
+  } else {
+    return fail("{}: unknown architecture '{}' (supported: llama, qwen3, gemma3)", f.path(),
+                c.arch_name);
+  }
+  EMBER_TRY(c.name, f.get_string_or("general.name", ""));
+  const std::string a = c.arch_name + ".";
+
+  EMBER_TRY(c.n_embd, get_pos_int(f, a + "embedding_length"));
+  EMBER_TRY(c.n_layer, get_pos_int(f, a + "block_count"));
+  EMBER_TRY(c.n_ff, get_pos_int(f, a + "feed_forward_length"));
+  EMBER_TRY(c.n_head, get_pos_int(f, a + "attention.head_count"));
+  EMBER_TRY(c.n_head_kv, get_pos_int_or(f, a + "attention.head_count_kv", c.n_head));
+  EMBER_TRY(c.n_ctx_train, get_pos_int_or(f, a + "context_length", 2048));
+  if (c.n_head % c.n_head_kv != 0) {
+    return fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), c.n_head,
+                c.n_head_kv);
+  }
+  EMBER_TRY(c.head_dim, get_pos_int_or(f, a + "attention.key_length", c.n_embd / c.n_head));
+  EMBER_TRY(int32_t v_len, get_pos_int_or(f, a + "attention.value_length", c.head_dim));
+  if (v_len != c.head_dim) {
+    return fail("{}: attention.value_length {} differs from key_length {} (unsupported)", f.path(),
+                v_len, c.head_dim);
+  }
+  if (c.head_dim % 2 != 0) return fail("{}: head dimension {} is odd", f.path(), c.head_dim);
+  EMBER_TRY(c.rope_dim, get_pos_int_or(f, a + "rope.dimension_count", c.head_dim));
+  if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
+    return fail("{}: rope.dimension_count {} does not fit head dimension {}", f.path(), c.rope_dim,
+                c.head_dim);
+  }
+
+  EMBER_TRY(double eps, f.get_float_or(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.norm_eps = static_cast<float>(eps);
+  EMBER_TRY(double base, f.get_float_or(a + "rope.freq_base", 10000.0));
+  c.rope_base = static_cast<float>(base);
+  c.rope_base_local = c.rope_base;
+  EMBER_TRY(std::string scaling, f.get_string_or(a + "rope.scaling.type", "none"));
+  if (scaling == "linear") {
+    EMBER_TRY(double factor, f.get_float_or(a + "rope.scaling.factor", 1.0));
+    if (factor <= 0) return fail("{}: rope.scaling.factor {} must be positive", f.path(), factor);
+    c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none" && !(c.arch == Arch::Llama && scaling == "llama3")) {
+    return fail("{}: rope.scaling.type '{}' is not supported", f.path(), scaling);
+  }
+  EMBER_TRY(double softcap, f.get_float_or(a + "final_logit_softcapping", 0.0));
+  c.final_logit_softcap = static_cast<float>(softcap);
+  EMBER_TRY(double scale, f.get_float_or(a + "attention.scale", 0.0));
+  c.attn_scale = static_cast<float>(scale);
+
+  c.rope_neox = c.arch != Arch::Llama;
+  if (c.arch == Arch::Gemma3) {
+    // llama.cpp hard-codes these: local layers use base 10000 and no scaling; every 6th layer
+    // is global. The query scale is 1/sqrt(head_dim), except for the 27B model (62 layers),
+    // whose query_pre_attn_scalar is n_embd / n_head.
+    c.rope_base_local = 10000.f;
+    EMBER_TRY(c.sliding_window, get_pos_int_or(f, a + "attention.sliding_window", 0));
+    c.sliding_pattern = c.sliding_window > 0 ? 6 : 0;
+    if (c.attn_scale == 0.f) {
+      const float d = c.n_layer == 62 ? static_cast<float>(c.n_embd / c.n_head)
+                                      : static_cast<float>(c.head_dim);
+      c.attn_scale = 1.f / std::sqrt(d);
+    }
+  }
+
+  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd) return fail("{}: missing tensor 'token_embd.weight'", f.path());
+  if (embd->dims.size() != 2) {
+    return fail("{}: tensor 'token_embd.weight' has {} dims, expected 2", f.path(),
+                embd->dims.size());
+  }
+  c.n_vocab = static_cast<int32_t>(embd->dims[1]);
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  c.has_rope_freqs = f.find_tensor("rope_freqs.weight") != nullptr;
+  return c;
+}
+
+}  // namespace ember::model

@@ -1,0 +1,318 @@
+// The CPU forward pass for llama, qwen3 and gemma3 (see cpu_model.h for the batching scheme).
+#include "model/cpu_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "model/ops.h"
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+namespace ember::model {
+
+// ---- CpuSequence ----
+
+CpuSequence::CpuSequence(const void* owner, int32_t n_layer, int32_t kv_dim, int32_t capacity,
+                         std::shared_ptr<std::atomic<int64_t>> live_bytes)
+    : owner_(owner),
+      n_layer_(n_layer),
+      kv_dim_(kv_dim),
+      capacity_(capacity),
+      k_(n_layer),
+      v_(n_layer),
+      live_bytes_(std::move(live_bytes)) {}
+
+CpuSequence::~CpuSequence() {
+  live_bytes_->fetch_sub(int64_t{2} * n_layer_ * alloc_ * kv_dim_ * int64_t{sizeof(float)});
+}
+
+void CpuSequence::reserve(int32_t n) {
+  EMBER_ASSERT(n <= capacity_);
+  if (n <= alloc_) return;
+  // Grow geometrically in 256-token chunks: amortized copies, little waste for short requests.
+  constexpr int32_t kChunk = 256;
+  int64_t want = std::max<int64_t>(n, int64_t{alloc_} * 2);
+  want = (want + kChunk - 1) / kChunk * kChunk;
+  const int32_t next = static_cast<int32_t>(std::min<int64_t>(want, capacity_));
+  const size_t row = static_cast<size_t>(kv_dim_);
+  for (int32_t il = 0; il < n_layer_; ++il) {
+    for (auto* buf : {&k_[il], &v_[il]}) {
+      auto fresh = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(next) * row);
+      if (length_ > 0) std::memcpy(fresh.get(), buf->get(), length_ * row * sizeof(float));
+      *buf = std::move(fresh);
+    }
+  }
+  live_bytes_->fetch_add(int64_t{2} * n_layer_ * (next - alloc_) * kv_dim_ *
+                         int64_t{sizeof(float)});
+  alloc_ = next;
+}
+
+// ---- CpuBackend ----
+
+CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, Weights w,
+                       int32_t n_ctx, int32_t n_threads)
+    : file_(std::move(file)),
+      cfg_(std::move(cfg)),
+      w_(std::move(w)),
+      n_ctx_(n_ctx),
+      q_dim_(cfg_.n_head * cfg_.head_dim),
+      kv_dim_(cfg_.n_head_kv * cfg_.head_dim),
+      pool_(n_threads),
+      live_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
+
+std::unique_ptr<Sequence> CpuBackend::new_sequence(int32_t capacity) {
+  EMBER_ASSERT(capacity > 0 && capacity <= n_ctx_);
+  return std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, capacity, live_bytes_);
+}
+
+Status CpuBackend::check(std::span<const ForwardItem> items, size_t n_logits) const {
+  size_t want = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& it = items[i];
+    EMBER_ASSERT(it.seq != nullptr);
+    EMBER_ASSERT(static_cast<const CpuSequence*>(it.seq)->owner() == this);
+    if (it.tokens.empty()) return fail("forward: item {} has no tokens", i);
+    for (size_t j = 0; j < i; ++j) {
+      if (items[j].seq == it.seq) return fail("forward: items {} and {} share a sequence", j, i);
+    }
+    const int64_t end = int64_t{it.seq->length()} + static_cast<int64_t>(it.tokens.size());
+    if (end > it.seq->capacity()) {
+      return fail("forward: item {} needs {} positions, the sequence holds {}", i, end,
+                  it.seq->capacity());
+    }
+    for (int32_t t : it.tokens) {
+      if (t < 0 || t >= cfg_.n_vocab) {
+        return fail("forward: token id {} is out of range (vocabulary size {})", t, cfg_.n_vocab);
+      }
+    }
+    if (it.want_logits) want += static_cast<size_t>(cfg_.n_vocab);
+  }
+  if (n_logits < want) {
+    return fail("forward: logits buffer holds {} floats, {} needed", n_logits, want);
+  }
+  return {};
+}
+
+Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<float> logits) {
+  if (items.empty()) return {};
+  EMBER_TRY_STATUS(check(items, logits.size()));
+  prepare(items);
+  for (int32_t il = 0; il < cfg_.n_layer; ++il) layer(il);
+  output(items, logits);
+  for (size_t i = 0; i < items.size(); ++i) {
+    seqs_[i]->advance(static_cast<int32_t>(items[i].tokens.size()));
+  }
+  return {};
+}
+
+namespace {
+template <typename T>
+void ensure(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace
+
+void CpuBackend::prepare(std::span<const ForwardItem> items) {
+  int64_t T = 0;
+  for (const auto& it : items) T += static_cast<int64_t>(it.tokens.size());
+  n_tok_ = T;
+  const size_t t = static_cast<size_t>(T);
+  const size_t half = static_cast<size_t>(cfg_.rope_dim / 2);
+  ensure(tok_item_, t);
+  ensure(tok_pos_, t);
+  ensure(x_, t * cfg_.n_embd);
+  ensure(xn_, t * cfg_.n_embd);
+  ensure(q_, t * q_dim_);
+  ensure(k_, t * kv_dim_);
+  ensure(v_, t * kv_dim_);
+  ensure(attn_, t * q_dim_);
+  ensure(o_, t * cfg_.n_embd);
+  ensure(gate_, t * cfg_.n_ff);
+  ensure(up_, t * cfg_.n_ff);
+  ensure(cos_g_, t * half);
+  ensure(sin_g_, t * half);
+  ensure(cos_l_, t * half);
+  ensure(sin_l_, t * half);
+  seqs_.clear();
+
+  const float embd_scale =
+      cfg_.arch == Arch::Gemma3 ? std::sqrt(static_cast<float>(cfg_.n_embd)) : 1.f;
+  int64_t row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto* seq = static_cast<CpuSequence*>(items[i].seq);
+    seqs_.push_back(seq);
+    seq->reserve(seq->length() + static_cast<int32_t>(items[i].tokens.size()));
+    for (size_t j = 0; j < items[i].tokens.size(); ++j, ++row) {
+      tok_item_[row] = static_cast<int32_t>(i);
+      tok_pos_[row] = seq->length() + static_cast<int32_t>(j);
+      float* x = x_.data() + row * cfg_.n_embd;
+      tensor::get_row(w_.token_embd, items[i].tokens[j], x);
+      if (embd_scale != 1.f) {
+        for (int32_t e = 0; e < cfg_.n_embd; ++e) x[e] *= embd_scale;
+      }
+    }
+  }
+  rope_tables();
+}
+
+// cos/sin of every rotated pair for every token, per rope base. The angle is built by repeated
+// multiplication, as ggml does, so positions far into the context round the way llama.cpp's do.
+void CpuBackend::rope_tables() {
+  const int32_t half = cfg_.rope_dim / 2;
+  auto fill = [&](float base, float freq_scale, float* cs, float* sn) {
+    const float theta_scale = std::pow(base, -2.f / static_cast<float>(cfg_.rope_dim));
+    for (int64_t t = 0; t < n_tok_; ++t) {
+      float theta = static_cast<float>(tok_pos_[t]);
+      for (int32_t i = 0; i < half; ++i) {
+        const float ff = w_.rope_freqs ? w_.rope_freqs[i] : 1.f;
+        const float a = freq_scale * theta / ff;
+        cs[t * half + i] = std::cos(a);
+        sn[t * half + i] = std::sin(a);
+        theta *= theta_scale;
+      }
+    }
+  };
+  fill(cfg_.rope_base, cfg_.rope_freq_scale, cos_g_.data(), sin_g_.data());
+  if (cfg_.sliding_window > 0) fill(cfg_.rope_base_local, 1.f, cos_l_.data(), sin_l_.data());
+}
+
+void CpuBackend::layer(int32_t il) {
+  const LayerWeights& l = w_.layers[il];
+  const int64_t T = n_tok_;
+  const int32_t E = cfg_.n_embd, hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
+  const float eps = cfg_.norm_eps;
+
+  for (int64_t t = 0; t < T; ++t) ops::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps);
+  tensor::matmul(l.wq, xn_.data(), T, q_.data(), pool_);
+  tensor::matmul(l.wk, xn_.data(), T, k_.data(), pool_);
+  tensor::matmul(l.wv, xn_.data(), T, v_.data(), pool_);
+
+  const bool local = cfg_.is_sliding(il);
+  const float* cs = local ? cos_l_.data() : cos_g_.data();
+  const float* sn = local ? sin_l_.data() : sin_g_.data();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < cfg_.n_head; ++h) {
+      float* q = &q_[t * q_dim_ + h * hd];
+      if (l.q_norm) ops::rms_norm(q, l.q_norm, q, hd, eps);
+      ops::rope_head(q, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
+    }
+    for (int32_t h = 0; h < cfg_.n_head_kv; ++h) {
+      float* k = &k_[t * kv_dim_ + h * hd];
+      if (l.k_norm) ops::rms_norm(k, l.k_norm, k, hd, eps);
+      ops::rope_head(k, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
+    }
+    CpuSequence* seq = seqs_[tok_item_[t]];
+    std::memcpy(seq->k(il, tok_pos_[t]), &k_[t * kv_dim_], kv_dim_ * sizeof(float));
+    std::memcpy(seq->v(il, tok_pos_[t]), &v_[t * kv_dim_], kv_dim_ * sizeof(float));
+  }
+
+  attention(il);
+  tensor::matmul(l.wo, attn_.data(), T, o_.data(), pool_);
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = &o_[t * E];
+    if (l.post_attn_norm) ops::rms_norm(o, l.post_attn_norm, o, E, eps);
+    float* x = &x_[t * E];
+    for (int32_t e = 0; e < E; ++e) x[e] += o[e];
+    ops::rms_norm(x, l.ffn_norm, &xn_[t * E], E, eps);
+  }
+
+  tensor::matmul(l.w_gate, xn_.data(), T, gate_.data(), pool_);
+  tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
+  const int64_t n = T * cfg_.n_ff;
+  if (cfg_.arch == Arch::Gemma3) {
+    for (int64_t i = 0; i < n; ++i) gate_[i] = ops::gelu_tanh(gate_[i]) * up_[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
+  }
+  tensor::matmul(l.w_down, gate_.data(), T, o_.data(), pool_);
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = &o_[t * E];
+    if (l.post_ffn_norm) ops::rms_norm(o, l.post_ffn_norm, o, E, eps);
+    float* x = &x_[t * E];
+    for (int32_t e = 0; e < E; ++e) x[e] += o[e];
+  }
+}
+
+// Causal attention of every (token, head) pair over its own sequence's cache, which already
+// holds this chunk's keys and values. Work is split over (token, head) pairs.
+void CpuBackend::attention(int32_t il) {
+  const int32_t hd = cfg_.head_dim;
+  const int32_t group = cfg_.n_head / cfg_.n_head_kv;
+  const float scale =
+      cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
+  pool_.parallel_for(n_tok_ * cfg_.n_head, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / cfg_.n_head;
+      const int32_t h = static_cast<int32_t>(task % cfg_.n_head);
+      const int32_t kvh = h / group;
+      CpuSequence* seq = seqs_[tok_item_[t]];
+      const int32_t pos = tok_pos_[t];
+      // llama.cpp's standard sliding window: key p is visible from pos when pos - p < window.
+      const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
+      const int32_t n = pos - lo + 1;
+      if (scores.size() < static_cast<size_t>(n)) scores.resize(n);
+      const float* q = &q_[t * q_dim_ + h * hd];
+      float mx = -INFINITY;
+      for (int32_t p = 0; p < n; ++p) {
+        const float s = tensor::vec_dot(tensor::DType::F32, hd, seq->k(il, lo + p) + kvh * hd, q);
+        scores[p] = s * scale;
+        mx = std::max(mx, scores[p]);
+      }
+      float sum = 0;
+      for (int32_t p = 0; p < n; ++p) {
+        scores[p] = std::exp(scores[p] - mx);
+        sum += scores[p];
+      }
+      float* out = &attn_[t * q_dim_ + h * hd];
+      std::fill(out, out + hd, 0.f);
+      const float inv = 1.f / sum;
+      for (int32_t p = 0; p < n; ++p) {
+        const float wgt = scores[p] * inv;
+        const float* v = seq->v(il, lo + p) + kvh * hd;
+        for (int32_t d = 0; d < hd; ++d) out[d] += wgt * v[d];
+      }
+    }
+  });
+}
+
+void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> logits) {
+  const int32_t E = cfg_.n_embd;
+  size_t n_out = 0;
+  int64_t row = 0;
+  ensure(xo_, items.size() * E);
+  for (const auto& it : items) {
+    row += static_cast<int64_t>(it.tokens.size());
+    if (!it.want_logits) continue;
+    ops::rms_norm(&x_[(row - 1) * E], w_.output_norm, &xo_[n_out * E], E, cfg_.norm_eps);
+    ++n_out;
+  }
+  if (n_out == 0) return;
+  tensor::matmul(w_.output, xo_.data(), static_cast<int64_t>(n_out), logits.data(), pool_);
+  if (cfg_.final_logit_softcap > 0.f) {
+    const float c = cfg_.final_logit_softcap;
+    const size_t n = n_out * static_cast<size_t>(cfg_.n_vocab);
+    for (size_t i = 0; i < n; ++i) logits[i] = c * std::tanh(logits[i] / c);
+  }
+}
+
+// ---- loading ----
+
+Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File> file,
+                                                const LoadOptions& opts) {
+  EMBER_ASSERT(file != nullptr);
+  EMBER_TRY(ModelConfig cfg, read_config(*file));
+  EMBER_TRY(Weights w, bind_weights(*file, cfg));
+  if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
+  if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
+  const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);
+  int32_t n_threads = opts.n_threads;
+  if (n_threads == 0) n_threads = static_cast<int32_t>(std::thread::hardware_concurrency());
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
+      std::move(file), std::move(cfg), std::move(w), n_ctx, std::max(1, n_threads)));
+}
+
+}  // namespace ember::model

@@ -1,0 +1,47 @@
+// Element-wise pieces of the forward pass (norms, activations, rotary embeddings). Plain loops
+// the compiler vectorizes; the matmuls, not these, dominate a step.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace ember::model::ops {
+
+// out[i] = x[i] / rms(x) * w[i]; out may alias x. The sum runs in double, as ggml's does.
+inline void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+inline float silu(float x) {
+  return x / (1.f + std::exp(-x));
+}
+
+// GELU, tanh approximation (Gemma's gelu_pytorch_tanh).
+inline float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * x * (1.f + 0.044715f * x * x)));
+}
+
+// Rotates one head in place. cs/sn: [rope_dim / 2] cos and sin of each pair's angle.
+// neox: pairs are (i, i + rope_dim/2); otherwise (2i, 2i+1). Dimensions past rope_dim stay.
+inline void rope_head(float* x, const float* cs, const float* sn, int32_t rope_dim, bool neox) {
+  const int32_t half = rope_dim / 2;
+  if (neox) {
+    for (int32_t i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      x[i] = a * cs[i] - b * sn[i];
+      x[i + half] = a * sn[i] + b * cs[i];
+    }
+  } else {
+    for (int32_t i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1];
+      x[2 * i] = a * cs[i] - b * sn[i];
+      x[2 * i + 1] = a * sn[i] + b * cs[i];
+    }
+  }
+}
+
+}  // namespace ember::model::ops

@@ -1,0 +1,128 @@
+// bind_weights: tensor names and shapes per architecture, as llama.cpp's GGUF files lay them out.
+#include "model/weights.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+
+namespace ember::model {
+namespace {
+
+using tensor::DType;
+
+bool is_matrix_type(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class Binder {
+ public:
+  explicit Binder(const gguf::File& f) : f_(f) {}
+
+  Result<const gguf::TensorInfo*> find(const std::string& name, std::vector<int64_t> dims,
+                                       bool optional = false) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) {
+      if (optional) return static_cast<const gguf::TensorInfo*>(nullptr);
+      return fail("{}: missing tensor '{}'", f_.path(), name);
+    }
+    if (t->dims != dims) {
+      return fail("{}: tensor '{}' has shape [{}], expected [{}]", f_.path(), name,
+                  fmt::join(t->dims, ", "), fmt::join(dims, ", "));
+    }
+    return t;
+  }
+
+  Result<const float*> vec(const std::string& name, int64_t n, bool optional = false) {
+    EMBER_TRY(const gguf::TensorInfo* t, find(name, {n}, optional));
+    if (!t) return static_cast<const float*>(nullptr);
+    if (t->type != DType::F32) {
+      return fail("{}: tensor '{}' has type {}, expected F32", f_.path(), name,
+                  tensor::dtype_name(t->type));
+    }
+    // The reader aligns tensor data to general.alignment (>= 4 in practice); check anyway.
+    if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
+      return fail("{}: tensor '{}' data is not 4-byte aligned", f_.path(), name);
+    }
+    return reinterpret_cast<const float*>(t->data);
+  }
+
+  // A weight matrix of shape [rows][cols] (GGUF dims {cols, rows}).
+  Result<tensor::Matrix> mat(const std::string& name, int64_t cols, int64_t rows,
+                             bool optional = false) {
+    EMBER_TRY(const gguf::TensorInfo* t, find(name, {cols, rows}, optional));
+    if (!t) return tensor::Matrix{};
+    if (!is_matrix_type(t->type)) {
+      return fail("{}: tensor '{}' has type {}, which is not supported for weights", f_.path(),
+                  name, tensor::dtype_name(t->type));
+    }
+    if (cols % tensor::block_elems(t->type) != 0) {
+      return fail("{}: tensor '{}' has {} columns, not a multiple of the {} block size {}",
+                  f_.path(), name, cols, tensor::dtype_name(t->type), tensor::block_elems(t->type));
+    }
+    return tensor::Matrix{t->type, rows, cols, t->data};
+  }
+
+ private:
+  const gguf::File& f_;
+};
+
+}  // namespace
+
+Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
+  Binder b(f);
+  Weights w;
+  const int64_t q_dim = int64_t{c.n_head} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.n_head_kv} * c.head_dim;
+  EMBER_TRY(w.token_embd, b.mat("token_embd.weight", c.n_embd, c.n_vocab));
+  EMBER_TRY(w.output_norm, b.vec("output_norm.weight", c.n_embd));
+  EMBER_TRY(w.output, b.mat("output.weight", c.n_embd, c.n_vocab, /*optional=*/true));
+  if (!w.output.data) w.output = w.token_embd;
+  if (c.arch == Arch::Llama) {
+    EMBER_TRY(w.rope_freqs, b.vec("rope_freqs.weight", c.rope_dim / 2, /*optional=*/true));
+  }
+  const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3;
+  const bool post_norms = c.arch == Arch::Gemma3;
+  w.layers.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    LayerWeights& l = w.layers[il];
+    const std::string p = fmt::format("blk.{}.", il);
+    EMBER_TRY(l.attn_norm, b.vec(p + "attn_norm.weight", c.n_embd));
+    EMBER_TRY(l.wq, b.mat(p + "attn_q.weight", c.n_embd, q_dim));
+    EMBER_TRY(l.wk, b.mat(p + "attn_k.weight", c.n_embd, kv_dim));
+    EMBER_TRY(l.wv, b.mat(p + "attn_v.weight", c.n_embd, kv_dim));
+    EMBER_TRY(l.wo, b.mat(p + "attn_output.weight", q_dim, c.n_embd));
+    if (qk_norm) {
+      EMBER_TRY(l.q_norm, b.vec(p + "attn_q_norm.weight", c.head_dim));
+      EMBER_TRY(l.k_norm, b.vec(p + "attn_k_norm.weight", c.head_dim));
+    }
+    if (post_norms) {
+      EMBER_TRY(l.post_attn_norm, b.vec(p + "post_attention_norm.weight", c.n_embd));
+      EMBER_TRY(l.post_ffn_norm, b.vec(p + "post_ffw_norm.weight", c.n_embd));
+    }
+    EMBER_TRY(l.ffn_norm, b.vec(p + "ffn_norm.weight", c.n_embd));
+    EMBER_TRY(l.w_gate, b.mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+    EMBER_TRY(l.w_up, b.mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    EMBER_TRY(l.w_down, b.mat(p + "ffn_down.weight", c.n_ff, c.n_embd));
+  }
+  return w;
+}
+
+}  // namespace ember::model

@@ -1,0 +1,178 @@
+// Loading: every fixture architecture and type binds; broken files fail naming the culprit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "model/model_test_util.h"
+
+namespace ember::model {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace ember::model::testing;
+using tensor::DType;
+
+struct Case {
+  std::string arch;
+  bool tied;
+  DType type;
+};
+
+class LoadsEveryFixture : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LoadsEveryFixture, loads_and_reports_its_config) {
+  const Case& c = GetParam();
+  fixture::FixtureSpec spec;
+  spec.arch = c.arch;
+  spec.tied = c.tied;
+  spec.type = c.type;
+  const std::string name = c.arch + (c.tied ? "_tied_" : "_") + std::string(dtype_name(c.type));
+  auto b = load_fixture(spec, name);
+  ASSERT_TRUE(b);
+  const ModelConfig& cfg = b->config();
+  EXPECT_EQ(cfg.arch_name, c.arch);
+  EXPECT_EQ(cfg.n_layer, spec.n_layer);
+  EXPECT_EQ(cfg.n_embd, spec.n_embd);
+  EXPECT_EQ(cfg.n_head, spec.n_head);
+  EXPECT_EQ(cfg.n_head_kv, spec.n_head_kv);
+  EXPECT_EQ(cfg.head_dim, spec.n_embd / spec.n_head);
+  EXPECT_EQ(cfg.n_ff, spec.n_ff);
+  EXPECT_EQ(cfg.n_ctx_train, spec.n_ctx);
+  EXPECT_EQ(cfg.tied_output, c.tied);
+  EXPECT_EQ(cfg.rope_neox, c.arch != "llama");
+  EXPECT_GT(cfg.n_vocab, 0);
+  EXPECT_EQ(b->n_ctx(), spec.n_ctx);
+  // And it computes finite, non-constant logits.
+  auto seq = b->new_sequence(16);
+  auto toks = tokens(5, cfg.n_vocab);
+  auto logits = run(*b, *seq, toks);
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
+  EXPECT_NE(*std::max_element(logits.begin(), logits.end()),
+            *std::min_element(logits.begin(), logits.end()));
+  EXPECT_EQ(seq->length(), 5);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (std::string arch : {"llama", "qwen3", "gemma3"}) {
+    for (bool tied : {false, true}) {
+      for (DType t : {DType::F32, DType::F16, DType::Q8_0}) out.push_back({arch, tied, t});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Model, LoadsEveryFixture, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) {
+                           return info.param.arch + (info.param.tied ? "_tied_" : "_untied_") +
+                                  std::string(tensor::dtype_name(info.param.type));
+                         });
+
+TEST(ModelLoad, gemma3_config_follows_llama_cpp_rules) {
+  fixture::FixtureSpec spec;
+  spec.arch = "gemma3";
+  spec.n_layer = 7;
+  spec.head_dim = 32;  // differs from n_embd / n_head, as in real Gemma models
+  auto f = fixture_file(spec, "gemma3_cfg");
+  auto cfg = read_config(*f);
+  ASSERT_TRUE(cfg.ok()) << cfg.message();
+  EXPECT_EQ(cfg->head_dim, 32);
+  EXPECT_EQ(cfg->sliding_window, spec.sliding_window);
+  EXPECT_FLOAT_EQ(cfg->rope_base_local, 10000.f);
+  EXPECT_FLOAT_EQ(cfg->attn_scale, 1.f / std::sqrt(32.f));
+  for (int il = 0; il < 7; ++il) EXPECT_EQ(cfg->is_sliding(il), il != 5) << il;
+  auto b = load_cpu_model(f, {.n_threads = 1});
+  ASSERT_TRUE(b.ok()) << b.message();
+}
+
+TEST(ModelLoad, n_ctx_defaults_to_training_context_capped_at_4096) {
+  fixture::FixtureSpec spec;
+  spec.n_ctx = 8192;
+  auto f = fixture_file(spec, "ctx8192");
+  auto b = load_cpu_model(f, {.n_threads = 1});
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ((*b)->n_ctx(), 4096);
+  auto b2 = load_cpu_model(f, {.n_threads = 1, .n_ctx = 100});
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ((*b2)->n_ctx(), 100);
+}
+
+class BrokenFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_.arch = "qwen3";
+    good_ = fixture_file(spec_, "broken_base");
+    ASSERT_TRUE(good_);
+  }
+  std::string load_error(const std::string& path) {
+    auto f = open_file(path);
+    if (!f) return "<open failed>";
+    auto b = load_cpu_model(f, {.n_threads = 1});
+    EXPECT_FALSE(b.ok());
+    return b.ok() ? "" : b.message();
+  }
+  fixture::FixtureSpec spec_;
+  std::shared_ptr<const gguf::File> good_;
+};
+
+TEST_F(BrokenFile, missing_tensor_is_named) {
+  const std::string out = temp_path("missing_tensor");
+  rewrite(*good_, out, [](std::vector<TensorCopy>& ts) {
+    std::erase_if(ts, [](const TensorCopy& t) { return t.name == "blk.1.attn_k_norm.weight"; });
+  });
+  EXPECT_THAT(load_error(out),
+              AllOf(HasSubstr("missing tensor"), HasSubstr("blk.1.attn_k_norm.weight")));
+}
+
+TEST_F(BrokenFile, wrong_shape_names_tensor_and_both_shapes) {
+  const std::string out = temp_path("wrong_shape");
+  rewrite(*good_, out, [](std::vector<TensorCopy>& ts) {
+    for (auto& t : ts) {
+      if (t.name == "blk.0.ffn_up.weight") {
+        t.dims = {64, 64};  // was {64, 128}
+        t.bytes.resize(64 * 64 * sizeof(float));
+      }
+    }
+  });
+  EXPECT_THAT(load_error(out), AllOf(HasSubstr("blk.0.ffn_up.weight"), HasSubstr("[64, 64]"),
+                                     HasSubstr("expected [64, 128]")));
+}
+
+TEST_F(BrokenFile, unsupported_norm_type_is_named) {
+  const std::string out = temp_path("norm_type");
+  rewrite(*good_, out, [](std::vector<TensorCopy>& ts) {
+    for (auto& t : ts) {
+      if (t.name == "output_norm.weight") {
+        t.type = DType::F16;
+        t.bytes.resize(t.bytes.size() / 2);
+      }
+    }
+  });
+  EXPECT_THAT(load_error(out),
+              AllOf(HasSubstr("output_norm.weight"), HasSubstr("F16"), HasSubstr("expected F32")));
+}
+
+TEST_F(BrokenFile, unknown_architecture_is_named_with_the_supported_list) {
+  const std::string out = temp_path("unknown_arch");
+  rewrite(
+      *good_, out, [](std::vector<TensorCopy>&) {},
+      [](const std::string& key, gguf::Writer& w, bool& handled) {
+        if (key == "general.architecture") {
+          w.set_string(key, "mamba9");
+          handled = true;
+        }
+      });
+  EXPECT_THAT(load_error(out), AllOf(HasSubstr("mamba9"), HasSubstr("llama, qwen3, gemma3")));
+}
+
+TEST_F(BrokenFile, missing_hyperparameter_is_named) {
+  const std::string out = temp_path("missing_key");
+  rewrite(
+      *good_, out, [](std::vector<TensorCopy>&) {},
+      [](const std::string& key, gguf::Writer&, bool& handled) {
+        handled = key == "qwen3.block_count";
+      });
+  EXPECT_THAT(load_error(out), HasSubstr("qwen3.block_count"));
+}
+
+}  // namespace
+}  // namespace ember::model

@@ -1,0 +1,209 @@
+// A plain reference forward (everything dequantized to float, naive loops, double sums, no
+// cache, no batching) written from the architecture descriptions, compared with the backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/model_test_util.h"
+#include "tensor/quant.h"
+
+namespace ember::model {
+namespace {
+
+using namespace ember::model::testing;
+using Mat = std::vector<std::vector<float>>;  // [rows][cols]
+
+struct Ref {
+  const gguf::File& f;
+  ModelConfig c;
+
+  Mat mat(const std::string& name) const {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    const int64_t cols = t->dims[0], rows = t->rows();
+    Mat m(rows, std::vector<float>(cols));
+    const size_t rb = tensor::row_bytes(t->type, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      tensor::ref::dequantize_row(t->type, t->data + r * rb, m[r].data(), cols);
+    }
+    return m;
+  }
+  std::vector<float> vec(const std::string& name) const { return mat(name)[0]; }
+
+  static std::vector<float> mul(const Mat& w, const std::vector<float>& x) {
+    std::vector<float> y(w.size());
+    for (size_t r = 0; r < w.size(); ++r) {
+      double s = 0;
+      for (size_t i = 0; i < x.size(); ++i) s += double{w[r][i]} * x[i];
+      y[r] = static_cast<float>(s);
+    }
+    return y;
+  }
+  std::vector<float> norm(const std::vector<float>& x, const std::vector<float>& w) const {
+    double ss = 0;
+    for (float v : x) ss += double{v} * v;
+    const double inv = 1.0 / std::sqrt(ss / x.size() + c.norm_eps);
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(x[i] * inv * w[i]);
+    return y;
+  }
+  // Rotates head h of v (head_dim floats at h*hd) for position pos.
+  void rope(std::vector<float>& v, int h, int pos, double base, double scale,
+            const std::vector<float>& ff) const {
+    const int hd = c.head_dim, nr = c.rope_dim;
+    for (int i = 0; i < nr / 2; ++i) {
+      const double ang = scale * pos * std::pow(base, -2.0 * i / nr) / (ff.empty() ? 1.0 : ff[i]);
+      const int a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + nr / 2 : 2 * i + 1;
+      const double x0 = v[h * hd + a], x1 = v[h * hd + b];
+      v[h * hd + a] = static_cast<float>(x0 * std::cos(ang) - x1 * std::sin(ang));
+      v[h * hd + b] = static_cast<float>(x0 * std::sin(ang) + x1 * std::cos(ang));
+    }
+  }
+
+  // Logits of the last token.
+  std::vector<float> forward(const std::vector<int32_t>& toks) const {
+    const int T = static_cast<int>(toks.size()), E = c.n_embd, hd = c.head_dim;
+    const bool gemma = c.arch == Arch::Gemma3;
+    Mat embd = mat("token_embd.weight");
+    std::vector<float> ff;
+    if (f.find_tensor("rope_freqs.weight")) ff = vec("rope_freqs.weight");
+    Mat x(T);
+    for (int t = 0; t < T; ++t) {
+      x[t] = embd[toks[t]];
+      if (gemma) {
+        for (auto& v : x[t]) v *= std::sqrt(static_cast<float>(E));
+      }
+    }
+    for (int il = 0; il < c.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      const bool local = c.is_sliding(il);
+      const double base = local ? c.rope_base_local : c.rope_base;
+      Mat wq = mat(p + "attn_q.weight"), wk = mat(p + "attn_k.weight"),
+          wv = mat(p + "attn_v.weight"), wo = mat(p + "attn_output.weight");
+      auto an = vec(p + "attn_norm.weight");
+      Mat q(T), k(T), v(T);
+      for (int t = 0; t < T; ++t) {
+        auto xn = norm(x[t], an);
+        q[t] = mul(wq, xn);
+        k[t] = mul(wk, xn);
+        v[t] = mul(wv, xn);
+        if (c.arch != Arch::Llama) {
+          auto qn = vec(p + "attn_q_norm.weight"), kn = vec(p + "attn_k_norm.weight");
+          for (int h = 0; h < c.n_head; ++h) {
+            std::vector<float> head(q[t].begin() + h * hd, q[t].begin() + (h + 1) * hd);
+            head = norm(head, qn);
+            std::copy(head.begin(), head.end(), q[t].begin() + h * hd);
+          }
+          for (int h = 0; h < c.n_head_kv; ++h) {
+            std::vector<float> head(k[t].begin() + h * hd, k[t].begin() + (h + 1) * hd);
+            head = norm(head, kn);
+            std::copy(head.begin(), head.end(), k[t].begin() + h * hd);
+          }
+        }
+        for (int h = 0; h < c.n_head; ++h) rope(q[t], h, t, base, c.rope_freq_scale, ff);
+        for (int h = 0; h < c.n_head_kv; ++h) rope(k[t], h, t, base, c.rope_freq_scale, ff);
+      }
+      const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(hd));
+      for (int t = 0; t < T; ++t) {
+        std::vector<float> att(c.n_head * hd, 0.f);
+        for (int h = 0; h < c.n_head; ++h) {
+          const int kvh = h / (c.n_head / c.n_head_kv);
+          std::vector<double> s(t + 1, -INFINITY);
+          double mx = -INFINITY;
+          for (int u = 0; u <= t; ++u) {
+            if (local && t - u >= c.sliding_window) continue;
+            double d = 0;
+            for (int i = 0; i < hd; ++i) d += double{q[t][h * hd + i]} * k[u][kvh * hd + i];
+            s[u] = d * scale;
+            mx = std::max(mx, s[u]);
+          }
+          double sum = 0;
+          for (auto& e : s) sum += (e = std::exp(e - mx));
+          for (int u = 0; u <= t; ++u) {
+            for (int i = 0; i < hd; ++i) att[h * hd + i] += s[u] / sum * v[u][kvh * hd + i];
+          }
+        }
+        auto o = mul(wo, att);
+        if (gemma) o = norm(o, vec(p + "post_attention_norm.weight"));
+        for (int e = 0; e < E; ++e) x[t][e] += o[e];
+      }
+      Mat wg = mat(p + "ffn_gate.weight"), wu = mat(p + "ffn_up.weight"),
+          wd = mat(p + "ffn_down.weight");
+      auto fn = vec(p + "ffn_norm.weight");
+      for (int t = 0; t < T; ++t) {
+        auto xn = norm(x[t], fn);
+        auto g = mul(wg, xn), u = mul(wu, xn);
+        for (size_t i = 0; i < g.size(); ++i) {
+          const double a = g[i];
+          const double act =
+              gemma ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+                    : a / (1 + std::exp(-a));
+          g[i] = static_cast<float>(act * u[i]);
+        }
+        auto d = mul(wd, g);
+        if (gemma) d = norm(d, vec(p + "post_ffw_norm.weight"));
+        for (int e = 0; e < E; ++e) x[t][e] += d[e];
+      }
+    }
+    auto xn = norm(x[T - 1], vec("output_norm.weight"));
+    Mat out = f.find_tensor("output.weight") ? mat("output.weight") : embd;
+    return mul(out, xn);
+  }
+};
+
+struct RefCase {
+  std::string arch;
+  tensor::DType type;
+  bool tied;
+  float tol;
+};
+
+class MatchesReference : public ::testing::TestWithParam<RefCase> {};
+
+TEST_P(MatchesReference, backend_logits_match_a_naive_float_forward) {
+  const RefCase& rc = GetParam();
+  fixture::FixtureSpec spec;
+  spec.arch = rc.arch;
+  spec.type = rc.type;
+  spec.tied = rc.tied;
+  spec.rope_freqs = rc.arch == "llama";
+  if (rc.arch == "gemma3") {
+    spec.n_layer = 6;
+    spec.sliding_window = 5;  // so the 12-token prompt crosses it
+    spec.head_dim = 32;
+  }
+  if (rc.type == tensor::DType::Q4_K) {  // rows must be multiples of 256 to stay Q4_K
+    spec.n_embd = 256;
+    spec.n_ff = 512;
+  }
+  const std::string name = "ref_" + rc.arch + std::string(tensor::dtype_name(rc.type));
+  auto f = fixture_file(spec, name);
+  ASSERT_TRUE(f);
+  auto b = load_cpu_model(f, {.n_threads = 2});
+  ASSERT_TRUE(b.ok()) << b.message();
+  Ref ref{*f, (*b)->config()};
+  auto toks = tokens(12, ref.c.n_vocab, 21);
+  auto expect = ref.forward(toks);
+  auto seq = (*b)->new_sequence(32);
+  run(**b, *seq, std::span(toks).first(7));
+  auto got = run(**b, *seq, std::span(toks).last(5));
+  EXPECT_LT(max_abs_diff(expect, got), rc.tol);
+  EXPECT_EQ(argmax(expect), argmax(got));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Model, MatchesReference,
+    ::testing::Values(RefCase{"llama", tensor::DType::F32, false, 2e-3f},
+                      RefCase{"qwen3", tensor::DType::F32, true, 2e-3f},
+                      RefCase{"gemma3", tensor::DType::F32, true, 2e-3f},
+                      RefCase{"gemma3", tensor::DType::F32, false, 2e-3f},
+                      // Activations are quantized to 8 bits before the integer dot products.
+                      RefCase{"llama", tensor::DType::Q8_0, false, 0.15f},
+                      RefCase{"qwen3", tensor::DType::Q4_K, false, 0.3f}),
+    [](const auto& info) {
+      return info.param.arch + "_" + std::string(tensor::dtype_name(info.param.type)) +
+             (info.param.tied ? "_tied" : "");
+    });
+
+}  // namespace
+}  // namespace ember::model
