@@ -416,10 +416,9 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
                     int line) { return !values_equal(v, need(a, line, "ne")); }},
       {"sameas",
        [need](const Value& v, const ValueList& a, int line) {
+         // Python `is`: 1 is not True, though 1 == True
          const Value& o = need(a, line, "sameas");
-         if (v.is_none() || v.is_bool() || v.is_undefined())
-           return values_equal(v, o) && v.type_name() == o.type_name();
-         return values_equal(v, o);
+         return v.type_name() == o.type_name() && values_equal(v, o);
        }},
       {"lt", [need](const Value& v, const ValueList& a,
                     int line) { return compare_values(v, need(a, line, "lt"), line) < 0; }},
