@@ -1,6 +1,10 @@
 // Matmul throughput per weight type, in weight bytes streamed per second (GB/s), at a decode
-// shape (n_tokens = 1: memory-bound) and a prefill shape (n_tokens = 64: compute-bound).
-// Run: build/kernels_bench [--benchmark_filter=Q4_K]
+// shape (n_tokens = 1: memory-bound) and a prefill shape (n_tokens = 64: compute-bound), on
+// generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
+// Run: build/kernels_bench [--benchmark_filter=Q4_K] [--benchmark_repetitions=5
+//      --benchmark_report_aggregates_only=true]
+// Counters: bytes_per_second (wall), tok/s (wall), cpu_GB/s (weight bytes per CPU second of the
+// calling thread; with a pool that is the caller's share only).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -18,12 +22,19 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   const int threads = static_cast<int>(state.range(0));
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
-  std::vector<float> w(static_cast<size_t>(rows * cols));
+  // Quantize a few distinct random rows and repeat them: the output projection (262144 rows)
+  // would otherwise need a 670 MB float buffer and minutes of quantization.
+  constexpr int64_t kDistinct = 64;
+  std::vector<float> w(static_cast<size_t>(kDistinct * cols));
   for (auto& v : w) v = dist(rng);
   const size_t rb = ember::tensor::row_bytes(t, cols);
+  std::vector<uint8_t> distinct(rb * kDistinct);
+  for (int64_t r = 0; r < kDistinct; ++r) {
+    ember::tensor::quantize_row(t, w.data() + r * cols, distinct.data() + r * rb, cols);
+  }
   std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    ember::tensor::quantize_row(t, w.data() + r * cols, q.data() + r * rb, cols);
+    std::copy_n(distinct.data() + (r % kDistinct) * rb, rb, q.data() + r * rb);
   }
   std::vector<float> x(static_cast<size_t>(n_tokens * cols));
   for (auto& v : x) v = dist(rng);
@@ -37,31 +48,47 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens),
                                                benchmark::Counter::kIsRate);
+  state.counters["cpu_GB/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(q.size()) / 1e9,
+      benchmark::Counter::kIsRate);
 }
+
+struct Case {
+  DType type;
+  int64_t rows, cols;
+  bool prefill;  // also at n_tokens = 64
+};
 
 void register_all() {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                         DType::Q5_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  struct Shape {
-    int64_t rows, cols;
-  };
-  for (DType t : types) {
-    for (Shape s : {Shape{640, 2048}, Shape{2048, 640}, Shape{4096, 4096}}) {
-      for (int64_t n_tokens : {1, 64}) {
-        if (s.rows == 4096 && n_tokens != 1) continue;
-        if (s.cols % ember::tensor::block_elems(t) != 0) continue;  // e.g. K types need 256 | cols
-        const std::string name = std::string("matmul/") +
-                                 std::string(ember::tensor::dtype_name(t)) + "/" +
-                                 std::to_string(s.rows) + "x" + std::to_string(s.cols) +
-                                 "/tokens:" + std::to_string(n_tokens);
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-          bm_matmul(st, t, s.rows, s.cols, n_tokens);
-        });
-        b->ArgName("threads")->Arg(1);
-        if (hw > 1) b->Arg(hw);
-        b->UseRealTime()->Unit(benchmark::kMicrosecond);
-      }
+  std::vector<Case> cases;
+  // Generic shapes, every type.
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
+                  DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    cases.push_back({t, 640, 2048, true});
+    cases.push_back({t, 2048, 640, true});
+    cases.push_back({t, 4096, 4096, false});
+  }
+  // Gemma 3 270M Q4_K_M: the real types at the real shapes (rows = output features).
+  cases.push_back({DType::Q8_0, 256, 640, true});      // attn_v
+  cases.push_back({DType::Q8_0, 262144, 640, false});  // output (tied token_embd)
+  cases.push_back({DType::Q5_0, 1024, 640, true});     // attn_q
+  cases.push_back({DType::Q5_0, 256, 640, true});      // attn_k
+  cases.push_back({DType::Q4_K, 640, 1024, true});     // attn_output
+  for (const Case& c : cases) {
+    for (int64_t n_tokens : {1, 64}) {
+      if (n_tokens != 1 && !c.prefill) continue;
+      if (c.cols % ember::tensor::block_elems(c.type) != 0) continue;  // K types need 256 | cols
+      const std::string name = std::string("matmul/") +
+                               std::string(ember::tensor::dtype_name(c.type)) + "/" +
+                               std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+                               "/tokens:" + std::to_string(n_tokens);
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+        bm_matmul(st, c.type, c.rows, c.cols, n_tokens);
+      });
+      b->ArgName("threads")->Arg(1);
+      if (hw > 1) b->Arg(hw);
+      b->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
   }
 }

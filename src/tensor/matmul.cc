@@ -1,9 +1,12 @@
 // matmul: activations are quantized once per token row into the weight type's vec_dot_type, then
-// output rows are split across the pool. Each weight row is dotted against every token row
-// before moving on, so a row is read from memory once per call whatever n_tokens is (decode is
-// bound by streaming weights; prefill and batched decode reuse each row from cache).
+// output rows are split across the pool. Where the active SIMD level has GEMM tiles
+// (gemm_tiles.h), a few weight rows are unpacked once and dotted against a few tokens at a time
+// with the accumulators in registers; otherwise each weight row is dotted against every token.
+// Either way a row is read from memory once per call whatever n_tokens is (decode is bound by
+// streaming weights; prefill and batched decode reuse each row from cache).
 #include "tensor/matmul.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "base/result.h"
@@ -38,11 +41,32 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
 
   const auto* wb = static_cast<const uint8_t*>(w.data);
   const int64_t rows = w.rows;
-  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
+  const simd::GemmKernel g = active_gemm_kernel(w.type);
+  if (g.tile == nullptr) {
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* wr = wb + static_cast<size_t>(r) * w_row_bytes;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          y[t * rows + r] = dot(cols, wr, a + t * a_row_bytes);
+        }
+      }
+    });
+    return;
+  }
+  // Tiles of g.max_rows weight rows x g.max_tokens tokens; a thread takes whole row tiles and
+  // runs every token tile over them, so its weight rows stay in L1 while the activations (a
+  // few KB per token) come from L2.
+  const int64_t mr = g.max_rows, mt = g.max_tokens;
+  const int64_t row_tiles = (rows + mr - 1) / mr;
+  pool.parallel_for(row_tiles, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t r = i * mr;
+      const int nr = static_cast<int>(std::min(mr, rows - r));
       const uint8_t* wr = wb + static_cast<size_t>(r) * w_row_bytes;
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        y[t * rows + r] = dot(cols, wr, a + t * a_row_bytes);
+      for (int64_t t = 0; t < n_tokens; t += mt) {
+        const int nt = static_cast<int>(std::min(mt, n_tokens - t));
+        g.tile(cols, wr, w_row_bytes, nr, a + t * a_row_bytes, a_row_bytes, nt, y + t * rows + r,
+               static_cast<size_t>(rows));
       }
     }
   });

@@ -1,9 +1,11 @@
-// Type-keyed dispatch for quantize / dequantize / vec_dot: the scalar references (ref::) and the
-// run-time-selected SIMD kernels (quant_avx2.cc), plus the fp16/bf16 conversions.
+// Type-keyed dispatch for quantize / dequantize / vec_dot / GEMM tiles: the scalar references
+// (ref::) and the run-time-selected SIMD kernels per instruction-set level (quant_avx2.cc,
+// gemm_avx2.cc, quant_avx512.cc), plus the fp16/bf16 conversions.
 #include "tensor/quant.h"
 
 #include <array>
 #include <atomic>
+#include <vector>
 
 #include "base/result.h"
 #include "tensor/quant_blocks.h"
@@ -48,24 +50,61 @@ const std::array<Kernels, kMaxId>& ref_table() {
   return table;
 }
 
-// The reference table with every kernel the CPU can run faster swapped in.
-std::array<Kernels, kMaxId> make_fast_table() {
-  auto t = ref_table();
-  simd::KernelOverrides o = simd::best_kernels();
+// Instruction-set levels, each table the one below with that level's kernels swapped in.
+enum Level : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kLevels = 3 };
+constexpr std::string_view kLevelNames[kLevels] = {"scalar", "avx2", "avx512-vnni"};
+
+struct Table {
+  std::array<Kernels, kMaxId> k;
+  std::array<simd::GemmKernel, kMaxId> gemm{};
+};
+
+void apply(Table* t, const simd::KernelOverrides& o) {
   for (size_t i = 0; i < kMaxId; ++i) {
-    if (o.dequant[i]) t[i].dequant = o.dequant[i];
-    if (o.quant[i]) t[i].quant = o.quant[i];
-    if (o.dot[i]) t[i].dot = o.dot[i];
+    if (o.dequant[i]) t->k[i].dequant = o.dequant[i];
+    if (o.quant[i]) t->k[i].quant = o.quant[i];
+    if (o.dot[i]) t->k[i].dot = o.dot[i];
+    if (o.gemm[i].tile) t->gemm[i] = o.gemm[i];
   }
+}
+
+bool cpu_supports(int level) {
+  switch (level) {
+    case kScalar:
+      return true;
+    case kAvx2:
+      return simd::cpu_has_avx2();
+    case kAvx512Vnni:
+      return simd::cpu_has_avx512_vnni();
+    default:
+      return false;
+  }
+}
+
+int best_level() {
+  int best = kScalar;
+  for (int l = 0; l < kLevels; ++l) {
+    if (cpu_supports(l)) best = l;
+  }
+  return best;
+}
+
+std::array<Table, kLevels> make_tables() {
+  std::array<Table, kLevels> t;
+  t[kScalar].k = ref_table();
+  t[kAvx2] = t[kScalar];
+  if (cpu_supports(kAvx2)) apply(&t[kAvx2], simd::avx2_kernels());
+  t[kAvx512Vnni] = t[kAvx2];
+  if (cpu_supports(kAvx512Vnni)) apply(&t[kAvx512Vnni], simd::avx512_kernels());
   return t;
 }
 
-const std::array<Kernels, kMaxId>& fast_table() {
-  static const auto table = make_fast_table();
-  return table;
+const Table& table_of(int level) {
+  static const auto tables = make_tables();
+  return tables[static_cast<size_t>(level)];
 }
 
-std::atomic<bool> g_simd_enabled{true};
+std::atomic<int> g_level{best_level()};
 
 const Kernels& kernels_of(const std::array<Kernels, kMaxId>& table, DType t) {
   const auto id = static_cast<size_t>(t);
@@ -73,8 +112,12 @@ const Kernels& kernels_of(const std::array<Kernels, kMaxId>& table, DType t) {
   return table[id];
 }
 
+const Table& active_table() {
+  return table_of(g_level.load(std::memory_order_relaxed));
+}
+
 const Kernels& active(DType t) {
-  return kernels_of(g_simd_enabled.load(std::memory_order_relaxed) ? fast_table() : ref_table(), t);
+  return kernels_of(active_table().k, t);
 }
 
 void check_len(DType t, int64_t n) {
@@ -84,13 +127,29 @@ void check_len(DType t, int64_t n) {
 }  // namespace
 
 void set_simd_enabled(bool enabled) {
-  g_simd_enabled.store(enabled, std::memory_order_relaxed);
+  g_level.store(enabled ? best_level() : kScalar, std::memory_order_relaxed);
 }
 bool simd_enabled() {
-  return g_simd_enabled.load(std::memory_order_relaxed);
+  return g_level.load(std::memory_order_relaxed) != kScalar;
 }
 std::string_view simd_level() {
-  return simd::level_name();
+  return kLevelNames[g_level.load(std::memory_order_relaxed)];
+}
+bool set_simd_level(std::string_view level) {
+  for (int l = 0; l < kLevels; ++l) {
+    if (kLevelNames[l] == level && cpu_supports(l)) {
+      g_level.store(l, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+std::vector<std::string_view> supported_simd_levels() {
+  std::vector<std::string_view> out;
+  for (int l = 0; l < kLevels; ++l) {
+    if (cpu_supports(l)) out.push_back(kLevelNames[l]);
+  }
+  return out;
 }
 
 DType vec_dot_type(DType weight) {
@@ -116,6 +175,12 @@ DotKernel active_dot_kernel(DType w) {
   const auto& k = active(w);
   EMBER_ASSERT(k.dot != nullptr);
   return k.dot;
+}
+
+simd::GemmKernel active_gemm_kernel(DType w) {
+  const auto id = static_cast<size_t>(w);
+  EMBER_ASSERT(id < kMaxId);
+  return active_table().gemm[id];
 }
 
 namespace ref {

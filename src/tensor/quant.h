@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "tensor/dtype.h"
 
@@ -43,5 +44,10 @@ void set_simd_enabled(bool enabled);
 bool simd_enabled();
 // The instruction set the dispatched kernels use: "avx512-vnni", "avx2" or "scalar".
 std::string_view simd_level();
+// Selects a level by name (one of supported_simd_levels()); false, and no change, for a level
+// this CPU lacks or an unknown name. set_simd_enabled(true) goes back to the best level.
+bool set_simd_level(std::string_view level);
+// The levels this CPU can run, lowest first ("scalar" always).
+std::vector<std::string_view> supported_simd_levels();
 
 }  // namespace ember::tensor

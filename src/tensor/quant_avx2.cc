@@ -296,16 +296,16 @@ EMBER_AVX2 void quant_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
-bool has_avx2() {
+}  // namespace
+
+bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
          __builtin_cpu_supports("f16c");
 }
 
-}  // namespace
-
-KernelOverrides best_kernels() {
+KernelOverrides avx2_kernels() {
   KernelOverrides o;
-  if (!has_avx2()) return o;
+  if (!cpu_has_avx2()) return o;
   auto at = [](DType t) { return static_cast<size_t>(t); };
   o.dot[at(DType::F32)] = dot_f32;
   o.dot[at(DType::F16)] = dot_f16;
@@ -316,11 +316,8 @@ KernelOverrides best_kernels() {
   o.dot[at(DType::Q6_K)] = dot_q6_k;
   o.quant[at(DType::Q8_0)] = quant_q8_0;
   o.quant[at(DType::Q8_K)] = quant_q8_k;
+  add_avx2_gemm(&o);
   return o;
-}
-
-std::string_view level_name() {
-  return has_avx2() ? "avx2" : "scalar";
 }
 
 }  // namespace ember::tensor::simd

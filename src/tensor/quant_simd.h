@@ -1,9 +1,11 @@
-// Run-time selected SIMD kernels. best_kernels() inspects the CPU once and returns, per type id,
-// the fastest kernel available (nullptr where the scalar reference is the only one).
+// Run-time selected SIMD kernels, by instruction-set level. Each level's function returns, per
+// type id, the kernels it has (nullptr where it has none: the level below, and finally the
+// scalar reference, fills the gap). quant.cc stacks them: scalar <- avx2 <- avx512-vnni.
 // Internal to the tensor layer.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -11,14 +13,30 @@ namespace ember::tensor::simd {
 
 constexpr size_t kTypeSlots = 31;
 
+// A GEMM micro-kernel: y[t * y_stride + r] = vec_dot(n, w + r * w_stride, a + t * a_stride) for
+// r < nr <= max_rows, t < nt <= max_tokens (activations already quantized to vec_dot_type).
+using GemmTile = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
+                          size_t a_stride, int nt, float* y, size_t y_stride);
+struct GemmKernel {
+  GemmTile tile = nullptr;
+  int max_rows = 0;
+  int max_tokens = 0;
+};
+
 struct KernelOverrides {
   std::array<void (*)(const void*, float*, int64_t), kTypeSlots> dequant{};
   std::array<void (*)(const float*, void*, int64_t), kTypeSlots> quant{};
   std::array<float (*)(int64_t, const void*, const void*), kTypeSlots> dot{};
+  std::array<GemmKernel, kTypeSlots> gemm{};
 };
 
-KernelOverrides best_kernels();
-std::string_view level_name();
+// AVX2 + FMA + F16C (quant_avx2.cc, gemm_avx2.cc).
+bool cpu_has_avx2();
+KernelOverrides avx2_kernels();
+void add_avx2_gemm(KernelOverrides* o);
+// AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
+bool cpu_has_avx512_vnni();
+KernelOverrides avx512_kernels();
 
 }  // namespace ember::tensor::simd
 
@@ -28,4 +46,6 @@ enum class DType : uint32_t;
 // matmul's inner loop skips the per-call dispatch.
 using DotKernel = float (*)(int64_t n, const void* w_row, const void* act_row);
 DotKernel active_dot_kernel(DType w);
+// The GEMM tile of the active level for weight type w ({} when only vec_dot exists).
+simd::GemmKernel active_gemm_kernel(DType w);
 }  // namespace ember::tensor

@@ -29,6 +29,15 @@ class SimdOn {
   ~SimdOn() { set_simd_enabled(true); }
 };
 
+// Every SIMD level this CPU can run (not "scalar": that is the reference itself).
+std::vector<std::string_view> simd_levels() {
+  std::vector<std::string_view> out;
+  for (auto l : supported_simd_levels()) {
+    if (l != "scalar") out.push_back(l);
+  }
+  return out;
+}
+
 std::vector<int64_t> sizes_for(DType t) {
   const int64_t b = t == DType::F32 || t == DType::F16 || t == DType::BF16 ? 32 : block_elems(t);
   std::vector<int64_t> out;
@@ -41,56 +50,80 @@ std::vector<int64_t> sizes_for(DType t) {
   return out;
 }
 
-TEST(QuantSimd, reports_the_instruction_set_in_use) {
+TEST(QuantSimd, reports_the_best_instruction_set_by_default) {
+  SimdOn guard;
   const auto level = simd_level();
-  EXPECT_TRUE(level == "avx2" || level == "scalar") << level;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    EXPECT_EQ(level, "avx2");
-  }
+  EXPECT_TRUE(level == "avx512-vnni" || level == "avx2" || level == "scalar") << level;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool vnni = avx2 && __builtin_cpu_supports("avx512f") &&
+                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  EXPECT_EQ(level, vnni ? "avx512-vnni" : avx2 ? "avx2" : "scalar");
+  EXPECT_EQ(supported_simd_levels().back(), level);
 }
 
-TEST(QuantSimd, vec_dot_matches_the_reference_across_sizes_and_misalignments) {
+TEST(QuantSimd, selects_each_supported_level_by_name_and_refuses_unknown_ones) {
   SimdOn guard;
-  for (DType t : testing::weight_types()) {
-    const DType at = vec_dot_type(t);
-    for (int64_t n : sizes_for(t)) {
-      const auto w = random_floats(n, static_cast<uint32_t>(n) * 3 + 1);
-      const auto a = random_floats(n, static_cast<uint32_t>(n) * 7 + 2, 2.0f);
-      const auto wq = testing::quantized(t, w);
-      const auto aq = testing::quantized(at, a);
-      const auto wd = testing::dequantized(t, wq.data(), n);
-      const auto ad = testing::dequantized(at, aq.data(), n);
-      double mag = 0;
-      for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(wd[i]) * ad[i]);
-      const float want = ref::vec_dot(t, n, wq.data(), aq.data());
-      for (size_t off = 0; off < 8; ++off) {
-        Misaligned mw(wq, off), ma(aq, (off * 3) % 8);
-        const float got = vec_dot(t, n, mw.p, ma.p);
-        ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
-            << dtype_name(t) << " n=" << n << " offset=" << off;
+  for (auto l : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(l)) << l;
+    EXPECT_EQ(simd_level(), l);
+    EXPECT_EQ(simd_enabled(), l != "scalar");
+  }
+  set_simd_enabled(true);
+  const auto best = simd_level();
+  EXPECT_FALSE(set_simd_level("sse9"));
+  EXPECT_EQ(simd_level(), best);
+}
+
+TEST(QuantSimd, vec_dot_matches_the_reference_at_every_level_across_sizes_and_misalignments) {
+  SimdOn guard;
+  for (auto level : simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : testing::weight_types()) {
+      const DType at = vec_dot_type(t);
+      for (int64_t n : sizes_for(t)) {
+        const auto w = random_floats(n, static_cast<uint32_t>(n) * 3 + 1);
+        const auto a = random_floats(n, static_cast<uint32_t>(n) * 7 + 2, 2.0f);
+        const auto wq = testing::quantized(t, w);
+        const auto aq = testing::quantized(at, a);
+        const auto wd = testing::dequantized(t, wq.data(), n);
+        const auto ad = testing::dequantized(at, aq.data(), n);
+        double mag = 0;
+        for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(wd[i]) * ad[i]);
+        const float want = ref::vec_dot(t, n, wq.data(), aq.data());
+        for (size_t off = 0; off < 8; ++off) {
+          Misaligned mw(wq, off), ma(aq, (off * 3) % 8);
+          const float got = vec_dot(t, n, mw.p, ma.p);
+          ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
+              << level << " " << dtype_name(t) << " n=" << n << " offset=" << off;
+        }
       }
     }
   }
 }
 
-TEST(QuantSimd, activation_quantizers_are_bit_identical_to_the_reference) {
+TEST(QuantSimd, activation_quantizers_are_bit_identical_to_the_reference_at_every_level) {
   SimdOn guard;
-  for (DType t : {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DType::BF16}) {
-    for (int64_t blocks : {1, 2, 3, 17}) {
-      const int64_t n = blocks * (t == DType::Q8_0 || t == DType::Q8_1 ? 32 : 256);
-      auto x = random_floats(n, static_cast<uint32_t>(blocks), 4.0f);
-      if (blocks == 2) {
-        // Exact .5 products: values k/2 with a block maximum of 127 make x * (1/d) land on ties.
-        for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 255 - 127) / 2.0f;
-        for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
-      }
-      if (blocks == 3) std::fill(x.begin(), x.begin() + std::min<int64_t>(n, 256), 0.0f);
-      std::vector<uint8_t> want(row_bytes(t, n)), got(row_bytes(t, n) + 8);
-      ref::quantize_row(t, x.data(), want.data(), n);
-      for (size_t off : {0, 1, 3}) {
-        quantize_row(t, x.data(), got.data() + off, n);
-        ASSERT_EQ(0, std::memcmp(got.data() + off, want.data(), want.size()))
-            << dtype_name(t) << " n=" << n << " offset=" << off;
+  for (auto level : simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DType::BF16}) {
+      for (int64_t blocks : {1, 2, 3, 17}) {
+        const int64_t n = blocks * (t == DType::Q8_0 || t == DType::Q8_1 ? 32 : 256);
+        auto x = random_floats(n, static_cast<uint32_t>(blocks), 4.0f);
+        if (blocks == 2) {
+          // Exact .5 products: values k/2 with a block maximum of 127 make x * (1/d) land on ties.
+          for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 255 - 127) / 2.0f;
+          for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
+        }
+        if (blocks == 3) std::fill(x.begin(), x.begin() + std::min<int64_t>(n, 256), 0.0f);
+        std::vector<uint8_t> want(row_bytes(t, n)), got(row_bytes(t, n) + 8);
+        ref::quantize_row(t, x.data(), want.data(), n);
+        for (size_t off : {0, 1, 3}) {
+          quantize_row(t, x.data(), got.data() + off, n);
+          ASSERT_EQ(0, std::memcmp(got.data() + off, want.data(), want.size()))
+              << level << " " << dtype_name(t) << " n=" << n << " offset=" << off;
+        }
       }
     }
   }

@@ -1,0 +1,410 @@
+// GEMM micro-kernels ("tiles"): a block of NR weight rows times NT activation rows, with the
+// NR x NT accumulators kept in registers so each weight block is loaded and unpacked once for
+// NT tokens (and each activation block once for NR rows). Written once as templates over an ISA
+// policy (Isa::dot_u8s8 / Isa::dot_s16 add 4 u8*s8 / 2 s16*s16 products into each int32 lane)
+// and instantiated by the translation units that include this header after their
+// `#pragma GCC target` (gemm_avx2.cc, quant_avx512.cc). Everything here has internal linkage,
+// so each including TU gets its own copy compiled for its target.
+//
+// Results equal the scalar references up to the order of float additions: integer dot products
+// are exact, each block's integer sum is scaled by the same float factors, and sums of blocks
+// are accumulated per lane in float.
+//
+// Tile signature (all tiles of all types): y[t * y_stride + r] = dot(W row r, A row t) for
+// r < nr, t < nt, n elements; W rows are w_stride bytes apart, A rows a_stride bytes apart.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/quant_blocks.h"
+#include "tensor/quant_simd.h"
+
+// Loops over tile rows / tokens / sub-blocks must unroll completely, or the accumulator arrays
+// live on the stack instead of in registers (GCC -O2 leaves them rolled).
+#define EMBER_UNROLL _Pragma("GCC unroll 16")
+
+namespace ember::tensor::simd {
+namespace {  // NOLINT: deliberately one private copy per including TU (different targets)
+
+inline float tile_hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// Software prefetch of the rows two tiles further on (matmul lays tiles out contiguously): with
+// short rows (a 640-column Q8_0 row is 11 cache lines) the hardware prefetcher does not keep up
+// with NR interleaved streams that each end before it has trained. Past the matrix end it is a
+// harmless no-op.
+template <int NR>
+inline void prefetch_ahead(const uint8_t* w, size_t ws, size_t offset) {
+  const uint8_t* p = w + 2 * NR * ws + offset;
+  EMBER_UNROLL
+  for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(p + r * ws), _MM_HINT_T0);
+}
+
+// NR x NT float accumulators -> y.
+template <int NR, int NT>
+inline void store_tile(__m256 (&acc)[NR][NT], float* y, size_t y_stride) {
+  EMBER_UNROLL
+  for (int r = 0; r < NR; ++r) {
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) y[t * y_stride + r] = tile_hsum(acc[r][t]);
+  }
+}
+
+// ---- float weights (F32 x F32, F16 x F16) ----
+
+struct LoadF32 {
+  using Elem = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static float scalar(float v) { return v; }
+};
+struct LoadF16 {
+  using Elem = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float scalar(uint16_t v) { return h2f(v); }
+};
+
+template <class L, int NR, int NT>
+void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                size_t ys) {
+  using E = typename L::Elem;
+  __m256 acc[NR][NT];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if (i % 16 == 0) prefetch_ahead<NR>(w, ws, i * sizeof(E));
+    __m256 wv[NR];
+    EMBER_UNROLL
+    for (int r = 0; r < NR; ++r) wv[r] = L::load(reinterpret_cast<const E*>(w + r * ws) + i);
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const __m256 av = L::load(reinterpret_cast<const E*>(a + t * as) + i);
+      EMBER_UNROLL
+      for (int r = 0; r < NR; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], av, acc[r][t]);
+    }
+  }
+  store_tile<NR, NT>(acc, y, ys);
+  for (; i < n; ++i) {
+    EMBER_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      EMBER_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        y[t * ys + r] += L::scalar(reinterpret_cast<const E*>(w + r * ws)[i]) *
+                         L::scalar(reinterpret_cast<const E*>(a + t * as)[i]);
+      }
+    }
+  }
+}
+
+// ---- legacy 32-element blocks against Q8_0 activations ----
+// Each unpacker yields the block's 32 levels as signed bytes and its scale.
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles first (elements 0..15), then high (16..31).
+inline __m256i tile_nibbles(const uint8_t* p) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// 32 bits -> 32 bytes: 0xFF where the bit is set.
+inline __m256i tile_bits(const uint8_t* p) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, p, 4);
+  const __m256i shuf =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+}
+
+struct UnpackQ8_0 {
+  using Block = BlockQ8_0;
+  static __m256i levels(const Block& b) { return load256(b.qs); }
+};
+struct UnpackQ4_0 {
+  using Block = BlockQ4_0;
+  static __m256i levels(const Block& b) {
+    return _mm256_sub_epi8(tile_nibbles(b.qs), _mm256_set1_epi8(8));
+  }
+};
+struct UnpackQ5_0 {
+  using Block = BlockQ5_0;
+  static __m256i levels(const Block& b) {
+    // q - 16 = nibble when the 5th bit is set, else nibble - 16 (= nibble | 0xF0 as int8).
+    const __m256i hi =
+        _mm256_andnot_si256(tile_bits(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    return _mm256_or_si256(tile_nibbles(b.qs), hi);
+  }
+};
+
+template <class Isa, class U, int NR, int NT>
+void tile_legacy(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                 size_t ys) {
+  using B = typename U::Block;
+  __m256 acc[NR][NT];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    prefetch_ahead<NR>(w, ws, i * sizeof(B));
+    // u8 * s8 products: |x| times y with x's sign moved onto y.
+    __m256i ax[NR], sx[NR];
+    __m256 dx[NR];
+    EMBER_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
+      sx[r] = U::levels(b);
+      ax[r] = _mm256_sign_epi8(sx[r], sx[r]);
+      dx[r] = _mm256_set1_ps(h2f(b.d));
+    }
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_0& yb = reinterpret_cast<const BlockQ8_0*>(a + t * as)[i];
+      const __m256i qy = load256(yb.qs);
+      const __m256 dy = _mm256_set1_ps(h2f(yb.d));
+      EMBER_UNROLL
+      for (int r = 0; r < NR; ++r) {
+        const __m256i p = Isa::dot_u8s8(_mm256_setzero_si256(), ax[r], _mm256_sign_epi8(qy, sx[r]));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), _mm256_cvtepi32_ps(p), acc[r][t]);
+      }
+    }
+  }
+  store_tile<NR, NT>(acc, y, ys);
+}
+
+// ---- K types against Q8_K activations ----
+// Every K type unpacks a super-block into 8 vectors of 32 unsigned levels (< 64, so a maddubs
+// pair sum cannot saturate), 8 vectors of int16 scales matching the levels' lanes, and 16 int16
+// "min" factors m[j] against the activation's 16 bsums, such that
+//   dot = dy * (d * sum_k scale_k . (q_k * y_k) - dmin * sum_j m[j] * bsums[j]).
+// (Q6_K's "- 32" offset becomes m = scales, dmin = 32 d.)
+struct KUnpacked {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i m16;
+  __m256 d, dmin;
+};
+
+inline void k_scales_mins(const uint8_t* scales, int16_t* sc, int16_t* mn) {
+  EMBER_UNROLL
+  for (int j = 0; j < 8; ++j) {
+    uint8_t s, m;
+    k_scale_min(j, scales, &s, &m);
+    sc[j] = s;
+    mn[j] = m;
+  }
+}
+
+// Q4_K / Q5_K: 8 sub-blocks of 32, vector k is sub-block k.
+inline void k_set_32(KUnpacked* u, const uint8_t* scales, uint16_t d, uint16_t dmin) {
+  int16_t sc[8], mn[8];
+  k_scales_mins(scales, sc, mn);
+  EMBER_UNROLL
+  for (int k = 0; k < 8; ++k) u->sc[k] = _mm256_set1_epi16(sc[k]);
+  u->m16 = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3], mn[4], mn[4],
+                             mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
+  u->d = _mm256_set1_ps(h2f(d));
+  u->dmin = _mm256_set1_ps(h2f(dmin));
+}
+
+struct UnpackQ4_K {
+  using Block = BlockQ4_K;
+  static void unpack(const Block& b, KUnpacked* u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    EMBER_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q4 = load256(b.qs + 32 * j);
+      u->q[2 * j] = _mm256_and_si256(q4, m4);
+      u->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+    }
+    k_set_32(u, b.scales, b.d, b.dmin);
+  }
+};
+
+struct UnpackQ5_K {
+  using Block = BlockQ5_K;
+  static void unpack(const Block& b, KUnpacked* u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i qh = load256(b.qh);
+    EMBER_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q4 = load256(b.qs + 32 * j);
+      // Bit 2j of qh[l] is the 5th bit of element 64j + l, bit 2j+1 that of 64j + 32 + l.
+      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), _mm256_set1_epi8(1));
+      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), _mm256_set1_epi8(1));
+      u->q[2 * j] = _mm256_or_si256(_mm256_and_si256(q4, m4), _mm256_slli_epi16(h0, 4));
+      u->q[2 * j + 1] =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), _mm256_slli_epi16(h1, 4));
+    }
+    k_set_32(u, b.scales, b.d, b.dmin);
+  }
+};
+
+struct UnpackQ6_K {
+  using Block = BlockQ6_K;
+  static void unpack(const Block& b, KUnpacked* u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03);
+    EMBER_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load256(b.ql + 64 * h);
+      const __m256i l1 = load256(b.ql + 64 * h + 32);
+      const __m256i qh = load256(b.qh + 32 * h);
+      __m256i* q = u->q + 4 * h;  // vector 4h + k covers elements 128h + 32k .. + 31
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+    }
+    const int8_t* s = b.scales;
+    EMBER_UNROLL
+    for (int k = 0; k < 8; ++k) {  // sub-blocks of 16: 2k in the low lane, 2k+1 in the high
+      u->sc[k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+    }
+    u->m16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+    const float d = h2f(b.d);
+    u->d = _mm256_set1_ps(d);
+    u->dmin = _mm256_set1_ps(32 * d);
+  }
+};
+
+template <class Isa, class U, int NR, int NT>
+void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+            size_t ys) {
+  using B = typename U::Block;
+  __m256 acc[NR][NT];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  KUnpacked u[NR];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (size_t off = 0; off < sizeof(B); off += 64) prefetch_ahead<NR>(w, ws, i * sizeof(B) + off);
+    EMBER_UNROLL
+    for (int r = 0; r < NR; ++r) U::unpack(reinterpret_cast<const B*>(w + r * ws)[i], &u[r]);
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& yb = reinterpret_cast<const BlockQ8_K*>(a + t * as)[i];
+      __m256i sumi[NR];
+      EMBER_UNROLL
+      for (int r = 0; r < NR; ++r) sumi[r] = _mm256_setzero_si256();
+      EMBER_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const __m256i yk = load256(yb.qs + 32 * k);
+        EMBER_UNROLL
+        for (int r = 0; r < NR; ++r) {
+          sumi[r] = Isa::dot_s16(sumi[r], _mm256_maddubs_epi16(u[r].q[k], yk), u[r].sc[k]);
+        }
+      }
+      const __m256i bsums = load256(yb.bsums);
+      const __m256 dy = _mm256_set1_ps(yb.d);
+      EMBER_UNROLL
+      for (int r = 0; r < NR; ++r) {
+        const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(u[r].m16, bsums));
+        const __m256 v =
+            _mm256_fmsub_ps(u[r].d, _mm256_cvtepi32_ps(sumi[r]), _mm256_mul_ps(u[r].dmin, mins));
+        acc[r][t] = _mm256_fmadd_ps(dy, v, acc[r][t]);
+      }
+    }
+  }
+  store_tile<NR, NT>(acc, y, ys);
+}
+
+// ---- tile tables: any nr <= MR, nt <= MT through one function pointer ----
+
+using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, size_t);
+
+template <class Isa, class U>
+struct LegacyK {
+  template <int R, int T>
+  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                  size_t ys) {
+    tile_legacy<Isa, U, R, T>(n, w, ws, a, as, y, ys);
+  }
+};
+template <class Isa, class U>
+struct SuperK {
+  template <int R, int T>
+  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                  size_t ys) {
+    tile_k<Isa, U, R, T>(n, w, ws, a, as, y, ys);
+  }
+};
+template <class Isa, class L>
+struct FloatK {
+  template <int R, int T>
+  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                  size_t ys) {
+    tile_float<L, R, T>(n, w, ws, a, as, y, ys);
+  }
+};
+
+template <class K, int MR, int MT>
+struct TileTable {
+  TileFn fn[MR][MT] = {};
+  constexpr TileTable() { fill<1, 1>(); }
+  template <int R, int T>
+  constexpr void fill() {
+    fn[R - 1][T - 1] = &K::template run<R, T>;
+    if constexpr (T < MT) {
+      fill<R, T + 1>();
+    } else if constexpr (R < MR) {
+      fill<R + 1, 1>();
+    }
+  }
+};
+
+template <class K, int MR, int MT>
+void run_tile(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, int nt,
+              float* y, size_t ys) {
+  static constexpr TileTable<K, MR, MT> table;
+  table.fn[nr - 1][nt - 1](n, w, ws, a, as, y, ys);
+}
+
+// One dot product through the 1 x 1 tile: the vec_dot kernel of this ISA level.
+template <class K>
+float dot_1x1(int64_t n, const void* w, const void* a) {
+  float y;
+  K::template run<1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a), 0, &y,
+                        0);
+  return y;
+}
+
+// Puts this ISA level's tiles (and, with dots, its 1 x 1 tiles as vec_dot) into o.
+template <class Isa>
+void register_tiles(KernelOverrides* o, bool dots) {
+  auto add = [&](DType t, auto k) {
+    using K = decltype(k);
+    const auto i = static_cast<size_t>(t);
+    o->gemm[i] = {&run_tile<K, Isa::kMaxRows, Isa::kMaxTokens>, Isa::kMaxRows, Isa::kMaxTokens};
+    if (dots) o->dot[i] = &dot_1x1<K>;
+  };
+  add(DType::F32, FloatK<Isa, LoadF32>{});
+  add(DType::F16, FloatK<Isa, LoadF16>{});
+  add(DType::Q8_0, LegacyK<Isa, UnpackQ8_0>{});
+  add(DType::Q4_0, LegacyK<Isa, UnpackQ4_0>{});
+  add(DType::Q5_0, LegacyK<Isa, UnpackQ5_0>{});
+  add(DType::Q4_K, SuperK<Isa, UnpackQ4_K>{});
+  add(DType::Q5_K, SuperK<Isa, UnpackQ5_K>{});
+  add(DType::Q6_K, SuperK<Isa, UnpackQ6_K>{});
+}
+
+}  // namespace
+}  // namespace ember::tensor::simd

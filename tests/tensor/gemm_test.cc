@@ -1,0 +1,114 @@
+// The batched (GEMM-tiled) matmul against per-row reference dot products, at every SIMD level,
+// for tile edges (row and token counts that are not multiples of the tile) and misaligned data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+#include "tensor_test_util.h"
+
+namespace ember::tensor {
+namespace {
+
+using testing::random_floats;
+
+class RestoreBestLevel {
+ public:
+  ~RestoreBestLevel() { set_simd_enabled(true); }
+};
+
+int64_t cols_for(DType t) {
+  if (block_elems(t) == 1) return 45;  // 5 vectors of 8 and a tail of 5
+  return 3 * block_elems(t);
+}
+
+// y[t][r] must equal ref::vec_dot(W row r, quantized x row t) up to float summation order.
+void expect_matmul_equals_reference_dots(DType t, int64_t rows, int64_t n_tokens, size_t offset,
+                                         ThreadPool& pool) {
+  const int64_t cols = cols_for(t);
+  const DType at = vec_dot_type(t);
+  const size_t wrb = row_bytes(t, cols), arb = row_bytes(at, cols);
+  std::vector<uint8_t> storage(wrb * static_cast<size_t>(rows) + 64 + offset);
+  auto base = reinterpret_cast<uintptr_t>(storage.data());
+  uint8_t* wq = storage.data() + ((64 - base % 64) % 64) + offset;
+  const auto wf = random_floats(rows * cols, static_cast<uint32_t>(rows * 31 + offset));
+  for (int64_t r = 0; r < rows; ++r) ref::quantize_row(t, wf.data() + r * cols, wq + r * wrb, cols);
+  const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens * 17 + 3), 2.0f);
+  std::vector<uint8_t> xq(arb * static_cast<size_t>(n_tokens));
+  for (int64_t k = 0; k < n_tokens; ++k) {
+    ref::quantize_row(at, x.data() + k * cols, xq.data() + k * arb, cols);
+  }
+  std::vector<float> y(static_cast<size_t>(rows * n_tokens), NAN);
+  matmul(Matrix{t, rows, cols, wq}, x.data(), n_tokens, y.data(), pool);
+
+  std::vector<float> wd(static_cast<size_t>(cols)), xd(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    ref::dequantize_row(t, wq + r * wrb, wd.data(), cols);
+    for (int64_t k = 0; k < n_tokens; ++k) {
+      ref::dequantize_row(at, xq.data() + k * arb, xd.data(), cols);
+      double mag = 0;
+      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(wd[c]) * xd[c]);
+      const float want = ref::vec_dot(t, cols, wq + r * wrb, xq.data() + k * arb);
+      ASSERT_NEAR(y[k * rows + r], want, 1e-5 * mag + 1e-30)
+          << simd_level() << " " << dtype_name(t) << " rows=" << rows << " tokens=" << n_tokens
+          << " offset=" << offset << " r=" << r << " t=" << k;
+    }
+  }
+}
+
+TEST(Gemm, matmul_equals_per_row_reference_dots_at_every_level_type_and_tile_edge) {
+  RestoreBestLevel restore;
+  ThreadPool pool(2);
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : testing::weight_types()) {
+      for (int64_t rows : {1, 3, 4, 5, 8, 13}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 9}) {
+          expect_matmul_equals_reference_dots(t, rows, n_tokens, 0, pool);
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, matmul_reads_misaligned_weights_correctly_at_every_level) {
+  RestoreBestLevel restore;
+  ThreadPool pool(1);
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : testing::weight_types()) {
+      for (size_t offset : {1, 2, 6}) expect_matmul_equals_reference_dots(t, 5, 6, offset, pool);
+    }
+  }
+}
+
+TEST(Gemm, every_level_gives_the_same_matmul_up_to_rounding) {
+  RestoreBestLevel restore;
+  ThreadPool pool(2);
+  const int64_t rows = 9, cols = 512, n_tokens = 6;
+  for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F32, DType::F16}) {
+    std::vector<uint8_t> wq(row_bytes(t, cols) * rows);
+    const auto wf = random_floats(rows * cols, 4);
+    for (int64_t r = 0; r < rows; ++r) {
+      ref::quantize_row(t, wf.data() + r * cols, wq.data() + r * row_bytes(t, cols), cols);
+    }
+    const auto x = random_floats(n_tokens * cols, 5);
+    std::vector<float> want(rows * n_tokens);
+    set_simd_enabled(false);
+    matmul(Matrix{t, rows, cols, wq.data()}, x.data(), n_tokens, want.data(), pool);
+    for (auto level : supported_simd_levels()) {
+      ASSERT_TRUE(set_simd_level(level));
+      std::vector<float> got(want.size());
+      matmul(Matrix{t, rows, cols, wq.data()}, x.data(), n_tokens, got.data(), pool);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+            << level << " " << dtype_name(t) << " i=" << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember::tensor
