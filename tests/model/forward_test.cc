@@ -71,20 +71,19 @@ TEST_P(ForwardPerArch, batch_of_three_matches_each_alone) {
   EXPECT_LT(max_abs_diff(run(*b, *seqs[1], next), run(*b, *seq1_alone, next)), 1e-3f);
 }
 
-TEST_P(ForwardPerArch, greedy_decoding_is_decided_by_clear_margins) {
+TEST_P(ForwardPerArch, top_two_logits_are_usually_far_apart) {
+  // Fixtures are scaled so greedy decoding is decided by margins, not float noise.
   auto b = load_fixture(spec_for(GetParam()), "peaky_" + GetParam());
   ASSERT_TRUE(b);
-  auto seq = b->new_sequence(64);
-  auto logits = run(*b, *seq, tokens(8, b->config().n_vocab));
+  auto seq = b->new_sequence(256);
+  auto toks = tokens(200, b->config().n_vocab, 99);
   int wide = 0;
-  for (int step = 0; step < 20; ++step) {
-    std::vector<float> sorted = logits;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    if (sorted[0] - sorted[1] > 0.1f) ++wide;
-    const int32_t next = argmax(logits);
-    logits = run(*b, *seq, std::span(&next, 1));
+  for (int32_t t : toks) {
+    auto logits = run(*b, *seq, std::span(&t, 1));
+    std::partial_sort(logits.begin(), logits.begin() + 2, logits.end(), std::greater<>());
+    if (logits[0] - logits[1] > 0.1f) ++wide;
   }
-  EXPECT_GE(wide, 16);
+  EXPECT_GE(wide, 185);
 }
 
 INSTANTIATE_TEST_SUITE_P(Model, ForwardPerArch, ::testing::Values("llama", "qwen3", "gemma3"));

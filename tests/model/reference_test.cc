@@ -193,13 +193,14 @@ TEST_P(MatchesReference, backend_logits_match_a_naive_float_forward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Model, MatchesReference,
-    ::testing::Values(RefCase{"llama", tensor::DType::F32, false, 2e-3f},
-                      RefCase{"qwen3", tensor::DType::F32, true, 2e-3f},
-                      RefCase{"gemma3", tensor::DType::F32, true, 2e-3f},
-                      RefCase{"gemma3", tensor::DType::F32, false, 2e-3f},
-                      // Activations are quantized to 8 bits before the integer dot products.
-                      RefCase{"llama", tensor::DType::Q8_0, false, 0.15f},
-                      RefCase{"qwen3", tensor::DType::Q4_K, false, 0.3f}),
+    ::testing::Values(
+        RefCase{"llama", tensor::DType::F32, false, 2e-3f},
+        RefCase{"qwen3", tensor::DType::F32, true, 2e-3f},
+        RefCase{"gemma3", tensor::DType::F32, true, 2e-3f},
+        RefCase{"gemma3", tensor::DType::F32, false, 2e-3f},
+        // Activations are quantized to 8 bits before the integer dot products (logits span ~±25).
+        RefCase{"llama", tensor::DType::Q8_0, false, 0.4f},
+        RefCase{"qwen3", tensor::DType::Q4_K, false, 0.7f}),
     [](const auto& info) {
       return info.param.arch + "_" + std::string(tensor::dtype_name(info.param.type)) +
              (info.param.tied ? "_tied" : "");
