@@ -1,9 +1,11 @@
-// Persistent workers woken per parallel_for. A job is published by bumping `generation` (release)
-// after writing the job fields; workers spin briefly on it (decode steps issue matmuls
-// back-to-back, and a futex wake costs more than a short spin), then sleep on a condition
-// variable. Chunks are handed out through an atomic counter, so uneven chunks balance
-// themselves. The caller runs chunks too, then waits until every worker has left the job; only
-// then may the job fields be rewritten.
+// Persistent workers woken per parallel_for. A job is published by writing its fields, then the
+// claim word (release), then bumping `generation`; workers spin briefly on the generation (decode
+// steps issue matmuls back-to-back, and a futex wake costs more than a short spin), then sleep on
+// a condition variable. Chunks are claimed by CAS on one 64-bit word holding
+// (generation, chunk count, next chunk), so a worker that wakes late for an old job fails its
+// claim instead of touching the job fields; a successful claim pins the job (the caller waits
+// for every chunk to be done) so the fields it then reads are stable. The caller runs chunks
+// too and waits only for chunks claimed by others, never for idle workers to check in.
 #include "tensor/thread_pool.h"
 
 #include <algorithm>
@@ -43,18 +45,34 @@ struct ThreadPool::Impl {
   std::atomic<uint64_t> generation{0};
   std::atomic<bool> stop{false};
 
-  // The current job: written by the caller before the generation bump, read-only while it runs.
+  // The current job: written by the caller before publishing `claim`, read-only while it runs.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int64_t chunk = 1;
-  std::atomic<int64_t> next{0};
-  std::atomic<int> pending{0};  // workers that have not finished the current job
+  // bits 63..32: generation (low 32 bits), 31..16: chunk count, 15..0: next chunk to hand out.
+  std::atomic<uint64_t> claim{0};
+  std::atomic<int64_t> done{0};  // chunks finished in the current job
 
-  void run_chunks() {
+  static uint64_t pack(uint64_t gen, uint64_t total, uint64_t next) {
+    return (gen << 32) | (total << 16) | next;
+  }
+
+  // Runs chunks of job `gen` until none is left; returns how many this thread ran.
+  int64_t run_chunks(uint64_t gen) {
+    int64_t ran = 0;
+    uint64_t s = claim.load(std::memory_order_acquire);
     for (;;) {
-      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
-      if (begin >= n) return;
+      if ((s >> 32) != (gen & 0xffffffffu)) return ran;
+      const uint64_t total = (s >> 16) & 0xffff, next = s & 0xffff;
+      if (next >= total) return ran;
+      if (!claim.compare_exchange_weak(s, s + 1, std::memory_order_acquire,
+                                       std::memory_order_acquire)) {
+        continue;
+      }
+      const int64_t begin = static_cast<int64_t>(next) * chunk;
       (*fn)(begin, std::min(n, begin + chunk));
+      ++ran;
+      s = claim.load(std::memory_order_acquire);
     }
   }
 
@@ -76,10 +94,13 @@ struct ThreadPool::Impl {
       }
       if (stop.load(std::memory_order_acquire)) return;
       seen = g;
-      run_chunks();
-      if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard lk(mu);
-        cv_done.notify_one();
+      const int64_t ran = run_chunks(g);
+      if (ran > 0) {
+        const uint64_t total = (claim.load(std::memory_order_relaxed) >> 16) & 0xffff;
+        if (done.fetch_add(ran, std::memory_order_acq_rel) + ran == static_cast<int64_t>(total)) {
+          std::lock_guard lk(mu);
+          cv_done.notify_one();
+        }
       }
     }
   }
@@ -104,30 +125,44 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for(n, 1, fn);
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
+                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  if (!impl_ || n == 1) {
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  if (!impl_ || n <= min_chunk) {
     fn(0, n);
     return;
   }
   Impl& p = *impl_;
-  // A few chunks per thread lets fast threads take up the slack of slow ones.
+  // A few chunks per thread lets fast threads take up the slack of slow ones; the chunk count
+  // must fit the claim word's 16 bits.
+  int64_t chunk = std::max(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
+  chunk = std::max(chunk, (n + 0xfffe) / 0xffff);
+  const int64_t total = (n + chunk - 1) / chunk;
   p.fn = &fn;
   p.n = n;
-  p.chunk = std::max<int64_t>(1, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
-  p.next.store(0, std::memory_order_relaxed);
-  p.pending.store(static_cast<int>(p.threads.size()), std::memory_order_relaxed);
+  p.chunk = chunk;
+  p.done.store(0, std::memory_order_relaxed);
+  uint64_t gen;
   {
     std::lock_guard lk(p.mu);
-    p.generation.fetch_add(1, std::memory_order_release);
+    gen = p.generation.load(std::memory_order_relaxed) + 1;
+    p.claim.store(Impl::pack(gen & 0xffffffffu, static_cast<uint64_t>(total), 0),
+                  std::memory_order_release);
+    p.generation.store(gen, std::memory_order_release);
   }
   p.cv_work.notify_all();
-  p.run_chunks();
+  const int64_t ran = p.run_chunks(gen);
+  if (p.done.fetch_add(ran, std::memory_order_acq_rel) + ran == total) return;
   for (int i = 0; i < kSpinIters; ++i) {
-    if (p.pending.load(std::memory_order_acquire) == 0) return;
+    if (p.done.load(std::memory_order_acquire) == total) return;
     spin_wait(i);
   }
   std::unique_lock lk(p.mu);
-  p.cv_done.wait(lk, [&] { return p.pending.load(std::memory_order_acquire) == 0; });
+  p.cv_done.wait(lk, [&] { return p.done.load(std::memory_order_acquire) == total; });
 }
 
 }  // namespace ember::tensor

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 namespace ember::tensor {
@@ -51,6 +52,38 @@ TEST(ThreadPool, uses_more_than_one_thread_when_it_has_them) {
     if (arrived.load() >= 2) saw_two.store(true);
   });
   EXPECT_TRUE(saw_two.load());
+}
+
+TEST(ThreadPool, min_chunk_bounds_every_range_but_the_last_and_still_covers_each_index_once) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 5, 63, 64, 65, 1000, 70000}) {
+    for (int64_t min_chunk : {1, 7, 64}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> short_ranges{0};
+      pool.parallel_for(n, min_chunk, [&](int64_t b, int64_t e) {
+        if (e - b < min_chunk) {
+          short_ranges.fetch_add(1);
+          EXPECT_EQ(e, n) << "only the last range may be short";
+        }
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      EXPECT_LE(short_ranges.load(), 1);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+    }
+  }
+}
+
+TEST(ThreadPool, a_job_within_one_min_chunk_runs_inline_on_the_caller) {
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  int calls = 0;
+  bool on_caller = true;
+  pool.parallel_for(100, 100, [&](int64_t b, int64_t e) {
+    ++calls;
+    on_caller = on_caller && std::this_thread::get_id() == caller && b == 0 && e == 100;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(on_caller);
 }
 
 TEST(ThreadPool, a_pool_of_one_runs_inline_on_the_caller) {
