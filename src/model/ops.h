@@ -19,10 +19,11 @@ inline float silu(float x) {
   return x / (1.f + std::exp(-x));
 }
 
-// GELU, tanh approximation (Gemma's gelu_pytorch_tanh).
+// GELU, tanh approximation (Gemma's gelu_pytorch_tanh), written as x * sigmoid(2u) since
+// 0.5 * (1 + tanh(u)) == sigmoid(2u): one expf instead of a (slower) tanhf.
 inline float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * x * (1.f + 0.044715f * x * x)));
+  constexpr float kTwoSqrt2OverPi = 2.f * 0.7978845608028654f;
+  return x / (1.f + std::exp(-kTwoSqrt2OverPi * x * (1.f + 0.044715f * x * x)));
 }
 
 // Rotates one head in place. cs/sn: [rope_dim / 2] cos and sin of each pair's angle.
