@@ -1,0 +1,202 @@
+// `ember serve`: the OpenAI-compatible HTTP server with the engine in this process (the
+// subprocess engine is a later step). The listener comes up first and the model loads after,
+// so /health answers "loading" meanwhile. The CLI11 declarations below are the settings table:
+// flag, environment variable, default and help for each option.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/commands.h"
+#include "cli/model_path.h"
+#include "engine/engine.h"
+#include "gguf/reader.h"
+#include "model/backend.h"
+#include "server/server.h"
+#include "server/text_codec.h"
+#include "text/tokenizer.h"
+#include "worker/inprocess_client.h"
+
+namespace ember::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model = "default";
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 0;
+  int ctx_size = 0;
+  int max_sequences = 8;
+  int max_queued = 64;
+  double drain_timeout_s = 30;
+  std::string api_key;
+  std::vector<std::string> served_model_names;
+  int64_t max_body_bytes = 4 << 20;
+  double header_timeout_s = 10;
+  double body_timeout_s = 30;
+  int io_threads = 2;
+  double stall_limit_s = 60;
+  std::string log_level = "info";
+};
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
+  EMBER_TRY(std::string path, resolve_model_path(o.model));
+  EMBER_TRY(gguf::File file, gguf::File::open(path));
+  auto shared = std::make_shared<const gguf::File>(std::move(file));
+  EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
+  std::vector<int32_t> eog = vocab.eog;
+  EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
+  std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
+  model::LoadOptions lo;
+  lo.n_threads = o.threads;
+  lo.n_ctx = o.ctx_size;
+  EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
+  const model::ModelConfig cfg = backend->config();
+  EMBER_TRY(auto codec, server::make_text_codec(tokenizer, cfg.arch_name));
+
+  engine::EngineOptions eo;
+  eo.max_sequences = o.max_sequences;
+  eo.max_queued = o.max_queued;
+  eo.eog_tokens = eog;
+  auto served = std::make_shared<server::ServedModel>();
+  served->engine = std::make_shared<worker::InProcessEngineClient>(
+      std::shared_ptr<model::Backend>(std::move(backend)), eo);
+  served->text = std::shared_ptr<const server::TextCodec>(std::move(codec));
+  if (!o.served_model_names.empty()) {
+    served->names = o.served_model_names;
+  } else {
+    served->names.push_back(!cfg.name.empty() ? cfg.name
+                                              : std::filesystem::path(path).stem().string());
+  }
+  if (std::find(served->names.begin(), served->names.end(), "default") == served->names.end()) {
+    served->names.push_back("default");
+  }
+  served->created = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  return served;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"Serve a model over the OpenAI-compatible HTTP API", "ember serve"};
+  ServeOptions o;
+  app.add_option("-m,--model", o.model, "GGUF file, or 'default'")
+      ->envname("EMBER_MODEL")
+      ->capture_default_str();
+  app.add_option("--host", o.host, "address to listen on")
+      ->envname("EMBER_HOST")
+      ->capture_default_str();
+  app.add_option("--port", o.port, "TCP port (0: an ephemeral port, printed at start)")
+      ->envname("EMBER_PORT")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "compute threads (0: all cores)")
+      ->envname("EMBER_THREADS")
+      ->capture_default_str();
+  app.add_option("-c,--ctx-size", o.ctx_size, "context size (0: min(model's, 4096))")
+      ->envname("EMBER_CTX_SIZE")
+      ->capture_default_str();
+  app.add_option("--max-sequences", o.max_sequences, "sequences decoded together at most")
+      ->envname("EMBER_MAX_SEQUENCES")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--max-queued", o.max_queued,
+                 "requests waiting for admission at most; beyond: 429 with Retry-After")
+      ->envname("EMBER_MAX_QUEUED")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_option("--drain-timeout", o.drain_timeout_s,
+                 "seconds in-flight requests may keep running after SIGTERM/SIGINT")
+      ->envname("EMBER_DRAIN_TIMEOUT")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1 routes")
+      ->envname("EMBER_API_KEY");
+  app.add_option("--served-model-name", o.served_model_names,
+                 "model names clients may ask for (default: the GGUF's general.name); "
+                 "'default' is always accepted")
+      ->envname("EMBER_SERVED_MODEL_NAME");
+  app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body; beyond: 413")
+      ->envname("EMBER_MAX_BODY_BYTES")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--header-timeout", o.header_timeout_s,
+                 "seconds to receive a whole request head (defeats slow-loris clients)")
+      ->envname("EMBER_HEADER_TIMEOUT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--body-timeout", o.body_timeout_s, "seconds to receive a whole request body")
+      ->envname("EMBER_BODY_TIMEOUT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--io-threads", o.io_threads, "HTTP threads")
+      ->envname("EMBER_IO_THREADS")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--stall-limit", o.stall_limit_s,
+                 "seconds the engine may make no progress with work pending before /health "
+                 "reports unhealthy")
+      ->envname("EMBER_STALL_LIMIT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")
+      ->envname("EMBER_LOG_LEVEL")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  log::init(o.log_level);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = static_cast<uint16_t>(o.port);
+  so.io_threads = o.io_threads;
+  so.api_key = o.api_key;
+  so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  so.header_timeout = ms(o.header_timeout_s);
+  so.body_timeout = ms(o.body_timeout_s);
+  so.drain_timeout = ms(o.drain_timeout_s);
+  so.stall_limit = ms(o.stall_limit_s);
+  server::Server srv(so);
+  auto port = srv.listen();
+  if (!port) {
+    std::fprintf(stderr, "ember serve: %s\n", port.message().c_str());
+    return 1;
+  }
+  srv.start();
+  std::fprintf(stderr, "ember: listening on http://%s:%u\n", o.host.c_str(), unsigned{*port});
+  std::fflush(stderr);
+
+  // The model loads while the listener already answers (/health: loading; completions: 503).
+  std::thread loader([&] {
+    auto loaded = load_model(o);
+    if (!loaded) {
+      std::fprintf(stderr, "ember serve: %s\n", loaded.message().c_str());
+      srv.set_load_failed(loaded.message());
+      return;
+    }
+    srv.set_model(*loaded);
+    std::fprintf(stderr, "ember: model loaded; ready (names: %s)\n",
+                 fmt::format("{}", fmt::join((*loaded)->names, ", ")).c_str());
+    std::fflush(stderr);
+  });
+  int code = srv.wait();
+  loader.join();
+  std::fprintf(stderr, "ember: stopped (exit %d)\n", code);
+  return code;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,358 @@
+// POST /v1/chat/completions and /v1/completions: validate, template, tokenize, submit, then
+// relay engine events as SSE chunks or one JSON body.
+//
+// Cancellation (DESIGN.md §3): the handler holds a CancelOnDrop on the request's token for as
+// long as it serves the connection; only a completed answer disarms it, so a coroutine torn
+// down early cancels. While the answer is produced, a read on the socket (the watcher) notices
+// a client that leaves — streaming or not — and cancels at once; the engine sees it at its next
+// poll site.
+#include <algorithm>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "server/responses.h"
+#include "server/server_impl.h"
+#include "server/sse.h"
+#include "server/stop_matcher.h"
+
+namespace ember::server {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Wakes the handler coroutine from the engine thread (via a post to the connection's strand)
+// and from the watcher. `notified` closes the race between draining the queue and waiting.
+struct Wake {
+  explicit Wake(asio::any_io_executor ex) : timer(ex) {}
+  asio::steady_timer timer;
+  bool notified = false;
+  void notify() {
+    notified = true;
+    timer.cancel();
+  }
+};
+
+struct Watch {
+  bool done = false;         // the watcher's read has completed for good
+  bool stopping = false;     // the handler asked it to stop
+  bool client_gone = false;  // EOF or reset while the answer was being produced
+};
+
+void arm_watch(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_ptr<Wake> wake,
+               std::function<void()> on_gone) {
+  if (w->stopping || c->buf.size() > (1 << 20)) {  // a client pipelining megabytes: stop looking
+    w->done = true;
+    wake->notify();
+    return;
+  }
+  auto mb = c->buf.prepare(4096);
+  c->stream.async_read_some(mb, [c, w, wake, on_gone = std::move(on_gone)](
+                                    const boost::system::error_code& ec, size_t n) mutable {
+    if (!ec) {
+      c->buf.commit(n);  // pipelined bytes: kept for the next request
+      arm_watch(std::move(c), std::move(w), std::move(wake), std::move(on_gone));
+      return;
+    }
+    if (!w->stopping) {
+      w->client_gone = true;
+      on_gone();
+    }
+    w->done = true;
+    wake->notify();
+  });
+}
+
+asio::awaitable<void> wait_for(Wake& wake) {
+  if (wake.notified) co_return;
+  wake.timer.expires_at(asio::steady_timer::time_point::max());
+  co_await wake.timer.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+std::string new_id(Endpoint e) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}", e == Endpoint::Chat ? "chatcmpl-" : "cmpl-", rng());
+}
+
+// Keeps the in-flight count and the request registry (for the drain cut-off) honest on every
+// exit path.
+struct InFlight {
+  Server::Impl& s;
+  std::optional<uint64_t> id;
+  explicit InFlight(Server::Impl& srv) : s(srv) { s.in_flight++; }
+  void register_id(uint64_t rid) {
+    id = rid;
+    std::lock_guard lock(s.reg_mu);
+    s.requests.insert(rid);
+  }
+  ~InFlight() {
+    if (id) {
+      std::lock_guard lock(s.reg_mu);
+      s.requests.erase(*id);
+    }
+    s.in_flight--;
+  }
+};
+
+TokenLogprob to_logprob(const TextCodec& text, const engine::TokenEvent& t) {
+  TokenLogprob lp{text.token_text(t.id), t.logprob, {}};
+  for (const auto& [id, p] : t.top) lp.top.emplace_back(text.token_text(id), p);
+  return lp;
+}
+
+ApiError cancelled_error(engine::CancelCause cause) {
+  if (cause == engine::CancelCause::Shutdown) {
+    return {ErrorKind::Draining,
+            "request cancelled: the server is shutting down and the drain deadline passed",
+            {}};
+  }
+  return {ErrorKind::Internal,
+          fmt::format("request cancelled ({})", engine::cancel_cause_name(cause)),
+          {}};
+}
+
+}  // namespace
+
+asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,
+                                        const Request& req, Endpoint endpoint,
+                                        std::string_view route) {
+  const auto t0 = Clock::now();
+  auto model = s.current_model();
+  if (s.is_draining) {
+    co_return co_await send_error(s, *c, req, route,
+                                  {ErrorKind::Draining, "the server is shutting down", {}});
+  }
+  if (!model) {
+    co_return co_await send_error(s, *c, req, route,
+                                  {ErrorKind::NotReady, "the model is still loading", {}});
+  }
+  auto parsed = parse_completion_request(req.body(), endpoint);
+  if (auto* e = std::get_if<ApiError>(&parsed))
+    co_return co_await send_error(s, *c, req, route, *e);
+  CompletionRequest& r = std::get<CompletionRequest>(parsed);
+
+  if (std::find(model->names.begin(), model->names.end(), r.model) == model->names.end()) {
+    std::string names;
+    for (const auto& n : model->names) names += (names.empty() ? "'" : ", '") + n + "'";
+    co_return co_await send_error(
+        s, *c, req, route,
+        {ErrorKind::ModelNotFound,
+         fmt::format("model '{}' does not exist; this server serves {}", r.model, names), "model"});
+  }
+
+  std::vector<int32_t> prompt;
+  if (endpoint == Endpoint::Chat) {
+    auto enc = model->text->encode_chat(r.messages);
+    if (!enc) {
+      co_return co_await send_error(s, *c, req, route,
+                                    {ErrorKind::InvalidRequest, enc.message(), "messages"});
+    }
+    prompt = std::move(*enc);
+  } else {
+    prompt = model->text->encode_prompt(r.prompt);
+  }
+  const char* prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
+  const int32_t n_ctx = model->engine->n_ctx();
+  const auto n_prompt = static_cast<int32_t>(prompt.size());
+  if (n_prompt == 0) {
+    co_return co_await send_error(s, *c, req, route,
+                                  {ErrorKind::InvalidRequest, "the prompt is empty", prompt_param});
+  }
+  if (n_prompt >= n_ctx) {
+    co_return co_await send_error(
+        s, *c, req, route,
+        {ErrorKind::ContextTooLong,
+         fmt::format("the prompt has {} tokens, but this model's context holds {} tokens "
+                     "(prompt and answer together)",
+                     n_prompt, n_ctx),
+         prompt_param});
+  }
+
+  InFlight in_flight(s);
+  if (s.cut_off) {
+    co_return co_await send_error(s, *c, req, route,
+                                  {ErrorKind::Draining, "the server is shutting down", {}});
+  }
+  engine::GenerateRequest g;
+  g.prompt = std::move(prompt);
+  g.sampling = r.sampling;
+  g.max_tokens = std::min(r.max_tokens.value_or(n_ctx - n_prompt), n_ctx - n_prompt);
+  g.cancel = engine::CancelToken::make();
+  engine::CancelOnDrop guard = g.cancel.cancel_on_drop();
+  engine::CancelToken token = g.cancel;
+
+  auto wake = std::make_shared<Wake>(c->stream.get_executor());
+  auto sub = model->engine->submit(std::move(g));
+  if (!sub.ok()) {
+    ApiError e = sub.error ? from_submit_error(*sub.error)
+                           : ApiError{ErrorKind::Internal, "engine refused the request", {}};
+    if (e.kind == ErrorKind::ContextTooLong) e.param = prompt_param;
+    co_return co_await send_error(s, *c, req, route, e);
+  }
+  const uint64_t rid = sub.stream->id();
+  in_flight.register_id(rid);
+  s.metrics.add_prompt_tokens(static_cast<uint64_t>(n_prompt));
+  {
+    std::weak_ptr<Wake> weak = wake;
+    auto ex = c->stream.get_executor();
+    sub.stream->set_waker([weak, ex] {
+      if (auto w = weak.lock()) asio::post(ex, [w] { w->notify(); });
+    });
+  }
+  // The drain may have cut off before this id was registered.
+  if (s.cut_off) model->engine->cancel(rid, engine::CancelCause::Shutdown);
+
+  auto watch = std::make_shared<Watch>();
+  auto engine_client = model->engine;
+  arm_watch(c, watch, wake, [token, engine_client, rid] {
+    token.cancel();
+    engine_client->cancel(rid, engine::CancelCause::Client);
+  });
+
+  ResponseContext ctx{endpoint, new_id(endpoint),
+                      std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count(),
+                      r.model, r.include_usage};
+  auto detok = model->text->detokenizer();
+  StopMatcher stop(r.stop);
+  std::string text;
+  std::vector<TokenLogprob> lps;  // streaming: since the last chunk; otherwise: all
+  bool stopped_by_string = false;
+  bool write_failed = false;
+  std::optional<engine::DoneEvent> done;
+  std::optional<Clock::time_point> last_token;
+  uint64_t n_generated = 0;
+
+  auto writable = [&] { return !watch->client_gone && !write_failed; };
+  auto write = [&](std::string data) -> asio::awaitable<void> {
+    if (!writable()) co_return;
+    auto [ec, n] = co_await asio::async_write(c->stream, http::make_chunk(asio::buffer(data)),
+                                              asio::as_tuple(asio::use_awaitable));
+    if (ec) write_failed = true;
+  };
+
+  if (r.stream) {
+    http::response<http::empty_body> res{http::status::ok, req.version()};
+    res.set(http::field::server, "ember");
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.keep_alive(req.keep_alive());
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    auto [ec, n] =
+        co_await http::async_write_header(c->stream, sr, asio::as_tuple(asio::use_awaitable));
+    if (ec) write_failed = true;
+    s.metrics.count_request(route, 200);
+    if (endpoint == Endpoint::Chat) co_await write(sse_event(chunk_role(ctx)));
+  }
+
+  for (;;) {
+    wake->notified = false;
+    while (!done) {
+      auto ev = sub.stream->try_next();
+      if (!ev) break;
+      if (auto* d = std::get_if<engine::DoneEvent>(&*ev)) {
+        done = *d;
+        break;
+      }
+      const auto& t = std::get<engine::TokenEvent>(*ev);
+      auto now = Clock::now();
+      if (!last_token) {
+        s.metrics.observe_ttft(std::chrono::duration<double>(now - t0).count());
+      } else {
+        s.metrics.observe_inter_token(std::chrono::duration<double>(now - *last_token).count());
+      }
+      last_token = now;
+      n_generated++;
+      s.metrics.add_generated_tokens(1);
+      if (stopped_by_string) continue;  // the engine is still finishing its current step
+      if (r.logprobs) lps.push_back(to_logprob(*model->text, t));
+      auto step = stop.push(detok->push(t.id));
+      if (step.stopped) {
+        stopped_by_string = true;
+        token.cancel();
+      }
+      if (r.stream) {
+        if (!step.emit.empty() || (r.logprobs && !lps.empty() && !step.stopped)) {
+          co_await write(sse_event(chunk_content(ctx, step.emit, r.logprobs ? &lps : nullptr)));
+          lps.clear();
+        }
+      } else {
+        text += step.emit;
+      }
+    }
+    if (done) break;
+    co_await wait_for(*wake);
+  }
+
+  // Text still held by the detokenizer or the stop matcher.
+  if (!stopped_by_string) {
+    auto step = stop.push(detok->flush());
+    std::string tail = step.emit + (step.stopped ? "" : stop.flush());
+    stopped_by_string = step.stopped;
+    if (r.stream && !tail.empty()) {
+      co_await write(sse_event(chunk_content(ctx, tail, nullptr)));
+    } else {
+      text += tail;
+    }
+  }
+
+  const bool cancelled = done->reason == engine::FinishReason::Cancelled && !stopped_by_string;
+  if (cancelled) {
+    auto cause = watch->client_gone ? engine::CancelCause::Client : done->cause;
+    s.metrics.count_cancellation(engine::cancel_cause_name(cause));
+  }
+  std::string finish =
+      stopped_by_string ? "stop" : std::string(engine::finish_reason_name(done->reason));
+  engine::Usage usage = done->usage;
+  if (usage.prompt_tokens == 0) usage.prompt_tokens = n_prompt;
+  if (usage.completion_tokens == 0) usage.completion_tokens = static_cast<int32_t>(n_generated);
+
+  bool keep = false;
+  if (r.stream) {
+    co_await write(sse_event(chunk_final(ctx, finish)));
+    if (cancelled) {
+      co_await write(sse_event(error_event(cancelled_error(done->cause))));
+    } else if (done->reason == engine::FinishReason::Error) {
+      co_await write(sse_event(error_event({ErrorKind::Internal, done->message, {}})));
+    } else if (r.include_usage) {
+      co_await write(sse_event(chunk_usage(ctx, usage)));
+    }
+    co_await write(kSseDone);
+    if (writable()) {
+      auto [ec, n] = co_await asio::async_write(c->stream, http::make_chunk_last(),
+                                                asio::as_tuple(asio::use_awaitable));
+      if (ec) write_failed = true;
+    }
+    keep = req.keep_alive() && writable() && !s.is_draining;
+  } else if (watch->client_gone) {
+    keep = false;  // nobody to answer
+  } else if (cancelled) {
+    keep = co_await send_error(s, *c, req, route, cancelled_error(done->cause));
+  } else if (done->reason == engine::FinishReason::Error) {
+    keep = co_await send_error(s, *c, req, route,
+                               {ErrorKind::Internal, "generation failed: " + done->message, {}});
+  } else {
+    json body = full_response(ctx, text, finish, usage, r.logprobs ? &lps : nullptr);
+    keep = co_await send_response(s, *c, req, route, http::status::ok, "application/json",
+                                  dump_json(body));
+  }
+  s.metrics.observe_request_duration(std::chrono::duration<double>(Clock::now() - t0).count());
+
+  // Stop the watcher and wait until its read has completed: the next request reads the socket.
+  watch->stopping = true;
+  if (!watch->done) {
+    c->stream.socket().cancel();
+    while (!watch->done) {
+      wake->notified = false;
+      co_await wait_for(*wake);
+    }
+  }
+  guard.disarm();  // the answer is complete (or its client gone and cancelled already)
+  co_return keep && !watch->client_gone;
+}
+
+}  // namespace ember::server

@@ -1,0 +1,77 @@
+// Server metrics in the Prometheus text exposition format (version 0.0.4), written by hand.
+// Thread-safe: HTTP threads record, /metrics renders. Names are stable API for dashboards:
+//   ember_http_requests_total{route,status}      counter
+//   ember_prompt_tokens_total, ember_generated_tokens_total   counters
+//   ember_time_to_first_token_seconds, ember_inter_token_latency_seconds   histograms
+//   ember_request_duration_seconds               histogram
+//   ember_cancellations_total{cause}             counter (client, deadline, shutdown, ...)
+//   ember_queue_depth, ember_active_sequences, ember_in_flight_requests   gauges
+//   ember_engine_steps_total                     counter
+//   ember_draining, ember_ready                  gauges (0/1)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ember::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);  // upper bounds, increasing; +Inf implied
+  void observe(double v);
+  // Appends `name_bucket{le=...}`, `name_sum`, `name_count` lines.
+  void render(std::string& out, std::string_view name) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // [bounds_.size() + 1], not cumulative
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Values read from elsewhere at render time.
+struct MetricsSnapshot {
+  int64_t queue_depth = 0;
+  int64_t active_sequences = 0;
+  int64_t in_flight_requests = 0;
+  uint64_t engine_steps = 0;
+  bool draining = false;
+  bool ready = false;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void count_request(std::string_view route, int status);
+  void add_prompt_tokens(uint64_t n);
+  void add_generated_tokens(uint64_t n);
+  void observe_ttft(double seconds);
+  void observe_inter_token(double seconds);
+  void observe_request_duration(double seconds);
+  void count_cancellation(std::string_view cause);
+
+  uint64_t cancellations(std::string_view cause) const;
+  uint64_t generated_tokens() const;
+
+  std::string render(const MetricsSnapshot& snap) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t, std::less<>> cancellations_;
+  uint64_t prompt_tokens_ = 0;
+  uint64_t generated_tokens_ = 0;
+  Histogram ttft_;
+  Histogram itl_;
+  Histogram duration_;
+};
+
+// Escapes a label value per the exposition format (backslash, quote, newline).
+std::string escape_label(std::string_view v);
+
+}  // namespace ember::server

@@ -1,0 +1,232 @@
+#include "server/server.h"
+
+#include <csignal>
+#include <cstdio>
+
+#include "base/log.h"
+#include "server/server_impl.h"
+
+namespace ember::server {
+
+using Clock = std::chrono::steady_clock;
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  // Every byte of the longer string is visited whatever the contents: no early exit.
+  size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+Server::Impl::Impl(ServerOptions o)
+    : ioc(std::make_unique<asio::io_context>(std::max(1, o.io_threads))),
+      opts(std::move(o)),
+      control(asio::make_strand(*ioc)),
+      progress(opts.stall_limit),
+      drain(opts.drain_timeout, opts.cutoff_grace) {}
+
+Server::Impl::~Impl() {
+  work.reset();
+  ioc->stop();
+  for (auto& t : threads) {
+    if (t.joinable()) t.join();
+  }
+  signals.reset();
+  acceptor.reset();
+  // Destroys pending coroutine frames while everything they reference is still alive.
+  ioc.reset();
+}
+
+void Server::Impl::finish(int code) {
+  std::lock_guard lock(done_mu);
+  if (!exit_code) exit_code = code;
+  done_cv.notify_all();
+}
+
+bool Server::Impl::engine_healthy() {
+  auto m = current_model();
+  std::lock_guard lock(mu);
+  if (!m) return progress.healthy();
+  auto st = m->engine->stats();
+  return progress.observe(Clock::now(), st.steps, int64_t{st.queued} + st.active);
+}
+
+void Server::Impl::on_signal(int signo) {
+  if (drain.on_signal(Clock::now()) == DrainController::SignalAction::ExitNow) {
+    std::fprintf(stderr, "ember: second signal (%s): exiting now\n",
+                 signo == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(signo == SIGINT ? 130 : 128 + signo);
+  }
+  start_drain();
+}
+
+void Server::Impl::start_drain() {
+  is_draining = true;
+  log::info("ember: draining: {} request(s) in flight, deadline in {} ms", in_flight.load(),
+            opts.drain_timeout.count());
+  std::vector<std::shared_ptr<Conn>> live;
+  {
+    std::lock_guard lock(reg_mu);
+    for (auto& [id, w] : conns) {
+      if (auto c = w.lock()) live.push_back(std::move(c));
+    }
+  }
+  for (auto& c : live) {
+    asio::post(c->stream.get_executor(), [c] {
+      if (c->idle) c->stream.cancel();  // an idle keep-alive connection: close it
+    });
+  }
+  asio::co_spawn(control, drain_loop(), asio::detached);
+}
+
+asio::awaitable<void> Server::Impl::drain_loop() {
+  asio::steady_timer timer(control);
+  for (;;) {
+    auto step = drain.poll(Clock::now(), in_flight.load());
+    if (step.cut_off) {
+      cut_off = true;
+      std::vector<uint64_t> ids;
+      {
+        std::lock_guard lock(reg_mu);
+        ids.assign(requests.begin(), requests.end());
+      }
+      log::warn("ember: drain deadline passed: cancelling {} request(s)", ids.size());
+      if (auto m = current_model()) {
+        for (uint64_t id : ids) m->engine->cancel(id, engine::CancelCause::Shutdown);
+      }
+    }
+    if (step.done) {
+      log::info("ember: drain complete");
+      finish(0);
+      co_return;
+    }
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+}
+
+asio::awaitable<void> Server::Impl::accept_loop() {
+  for (;;) {
+    auto [ec, sock] = co_await acceptor->async_accept(asio::make_strand(*ioc),
+                                                      asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+    if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
+    sock.set_option(tcp::no_delay(true));
+    auto c = std::make_shared<Conn>(std::move(sock));
+    uint64_t id;
+    {
+      std::lock_guard lock(reg_mu);
+      id = next_conn++;
+      conns[id] = c;
+    }
+    auto ex = c->stream.get_executor();
+    asio::co_spawn(ex, run_session(*this, std::move(c), id), asio::detached);
+  }
+}
+
+Server::Server(ServerOptions opts) : impl_(std::make_shared<Impl>(std::move(opts))) {}
+
+Server::~Server() = default;
+
+Result<uint16_t> Server::listen() {
+  Impl& s = *impl_;
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(s.opts.host, ec);
+  if (ec) return fail("--host {}: not an IP address ({})", s.opts.host, ec.message());
+  tcp::endpoint ep(addr, s.opts.port);
+  s.acceptor.emplace(s.control);
+  if (s.acceptor->open(ep.protocol(), ec); ec) return fail("socket: {}", ec.message());
+  s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (s.acceptor->bind(ep, ec); ec) {
+    return fail("cannot listen on {}:{}: {}", s.opts.host, s.opts.port, ec.message());
+  }
+  if (s.acceptor->listen(asio::socket_base::max_listen_connections, ec); ec) {
+    return fail("listen on {}:{}: {}", s.opts.host, s.opts.port, ec.message());
+  }
+  return s.acceptor->local_endpoint().port();
+}
+
+void Server::start() {
+  Impl& s = *impl_;
+  EMBER_ASSERT(s.acceptor && s.acceptor->is_open());
+  s.work.emplace(s.ioc->get_executor());
+  if (s.opts.handle_signals) {
+    s.signals.emplace(s.control, SIGINT, SIGTERM);
+    // Re-armed after each signal: the second one must be seen too.
+    auto arm = std::make_shared<std::function<void()>>();
+    *arm = [&s, arm] {
+      s.signals->async_wait([&s, arm](const boost::system::error_code& ec, int signo) {
+        if (ec) return;
+        s.on_signal(signo);
+        (*arm)();
+      });
+    };
+    (*arm)();
+  }
+  asio::co_spawn(s.control, s.accept_loop(), asio::detached);
+  for (int i = 0; i < std::max(1, s.opts.io_threads); ++i) {
+    s.threads.emplace_back([&s] { s.ioc->run(); });
+  }
+}
+
+void Server::set_model(std::shared_ptr<ServedModel> model) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->model = std::move(model);
+  }
+  impl_->is_ready = true;
+}
+
+void Server::set_load_failed(std::string message) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->load_error = std::move(message);
+  }
+  impl_->finish(1);
+}
+
+void Server::begin_drain() {
+  Impl* s = impl_.get();
+  asio::post(s->control, [s] { s->on_signal(SIGTERM); });
+}
+
+int Server::wait() {
+  Impl& s = *impl_;
+  int code;
+  {
+    std::unique_lock lock(s.done_mu);
+    s.done_cv.wait(lock, [&] { return s.exit_code.has_value(); });
+    code = *s.exit_code;
+  }
+  asio::post(s.control, [&s] {
+    boost::system::error_code ec;
+    if (s.acceptor) s.acceptor->close(ec);
+    if (s.signals) s.signals->cancel(ec);
+  });
+  if (auto m = s.current_model()) m->engine->shutdown();
+  s.is_ready = false;
+  s.work.reset();
+  s.ioc->stop();
+  for (auto& t : s.threads) {
+    if (t.joinable()) t.join();
+  }
+  return code;
+}
+
+Metrics& Server::metrics() {
+  return impl_->metrics;
+}
+bool Server::ready() const {
+  return impl_->is_ready && !impl_->is_draining;
+}
+bool Server::draining() const {
+  return impl_->is_draining;
+}
+
+}  // namespace ember::server

@@ -1,0 +1,76 @@
+// The HTTP server of `ember serve`: Boost.Beast + Asio with C++20 coroutines on a few IO
+// threads, one strand per connection. Routes: POST /v1/chat/completions, POST /v1/completions,
+// GET /v1/models, /health, /ready, /metrics.
+//
+// Lifecycle: listen() binds (port 0: ephemeral) and start() serves at once — before the model
+// is loaded (/health says "loading", completions answer 503) — then set_model() makes it ready.
+// SIGINT/SIGTERM start the drain (DrainController); a second signal exits at once.
+// wait() returns the exit code once the drain is complete and the engine has shut down.
+//
+// Threading: IO threads never block on the engine. The engine's EventStream waker posts to the
+// connection's strand. Each completion holds a CancelOnDrop for its connection, and a read on
+// the socket while the answer is produced notices a client that goes away.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "server/metrics.h"
+#include "server/text_codec.h"
+#include "worker/engine_client.h"
+
+namespace ember::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  int io_threads = 2;
+  std::string api_key;  // empty: no auth
+  size_t max_body_bytes = 4 << 20;
+  std::chrono::milliseconds header_timeout{10'000};  // whole request head, from the first byte
+  std::chrono::milliseconds body_timeout{30'000};    // whole body
+  std::chrono::milliseconds drain_timeout{30'000};
+  std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
+  std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
+  bool handle_signals = true;                     // false in tests: call begin_drain()
+};
+
+struct ServedModel {
+  std::shared_ptr<worker::EngineClient> engine;
+  std::shared_ptr<const TextCodec> text;
+  std::vector<std::string> names;  // the ids /v1/models lists; `model` must be one of them
+  int64_t created = 0;             // unix seconds
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions opts);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  Result<uint16_t> listen();  // the bound port
+  void start();               // IO threads, signals, accept loop
+  void set_model(std::shared_ptr<ServedModel> model);
+  void set_load_failed(std::string message);  // wait() then returns 1
+  void begin_drain();                         // what the first signal does
+  int wait();  // blocks until drained (0) or load failed (1); shuts the engine down
+
+  Metrics& metrics();
+  bool ready() const;
+  bool draining() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Constant-time comparison (API keys): time depends on the lengths only.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace ember::server

@@ -1,0 +1,101 @@
+// Internal to the server: the shared state behind Server (server.cc), the connection loop and
+// routes (session.cc) and the completion handler (completion.cc). Not part of the interface.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+
+#include "server/api_error.h"
+#include "server/drain.h"
+#include "server/progress.h"
+#include "server/server.h"
+
+namespace ember::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Request = http::request<http::string_body>;
+
+// One client connection; touched only on its strand.
+struct Conn {
+  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buf;  // unparsed bytes (also where the disconnect watcher reads to)
+  bool idle = true;        // waiting for the next request head: a drain may close it
+};
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o);
+  ~Impl();
+
+  // Declared first: destroyed last, after the members that coroutine frames may touch.
+  std::unique_ptr<asio::io_context> ioc;
+  ServerOptions opts;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  asio::strand<asio::io_context::executor_type> control;  // signals, drain loop, acceptor
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::signal_set> signals;
+  std::vector<std::thread> threads;
+  Metrics metrics;
+
+  mutable std::mutex mu;  // guards model, load_error, progress
+  std::shared_ptr<ServedModel> model;
+  std::string load_error;
+  ProgressMonitor progress;
+
+  std::atomic<bool> is_ready{false};
+  std::atomic<bool> is_draining{false};
+  std::atomic<bool> cut_off{false};
+  std::atomic<int> in_flight{0};
+  DrainController drain;  // control strand only
+
+  std::mutex reg_mu;  // guards conns, requests
+  uint64_t next_conn = 0;
+  std::map<uint64_t, std::weak_ptr<Conn>> conns;
+  std::set<uint64_t> requests;  // engine request ids in flight
+
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::optional<int> exit_code;
+
+  std::shared_ptr<ServedModel> current_model() const {
+    std::lock_guard lock(mu);
+    return model;
+  }
+  void finish(int code);
+  void on_signal(int signo);  // control strand
+  void start_drain();         // control strand
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> drain_loop();
+  bool engine_healthy();  // liveness by progress
+};
+
+// session.cc
+asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint64_t conn_id);
+// Writes a whole response; counts it in the metrics. Returns whether to keep the connection.
+asio::awaitable<bool> send_response(Server::Impl& s, Conn& c, const Request& req,
+                                    std::string_view route, http::status status,
+                                    std::string content_type, std::string body,
+                                    int retry_after_s = 0);
+asio::awaitable<bool> send_error(Server::Impl& s, Conn& c, const Request& req,
+                                 std::string_view route, const ApiError& e);
+
+// completion.cc
+asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,
+                                        const Request& req, Endpoint endpoint,
+                                        std::string_view route);
+
+}  // namespace ember::server

@@ -1,0 +1,242 @@
+// The connection loop (read a request head under the header timeout, the body under the body
+// timeout, answer, repeat while keep-alive) and the routes other than completions.
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "server/server_impl.h"
+#include "server/sse.h"
+
+namespace ember::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string_view path_of(std::string_view target) {
+  return target.substr(0, target.find('?'));
+}
+
+// Route label for metrics: a known path, or "other" (unknown paths must not grow the label set).
+std::string_view route_label(std::string_view path) {
+  for (std::string_view known :
+       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
+    if (path == known) return known;
+  }
+  return "other";
+}
+
+// JSON is built outside coroutines: GCC 12 miscompiles braced string-literal initializers in
+// coroutine bodies ("array used as initializer").
+std::string status_body(const std::string& status) {
+  return dump_json(json{{"status", status}});
+}
+
+std::string models_body(const ServedModel& m) {
+  json data = json::array();
+  for (const auto& name : m.names) {
+    data.push_back(
+        {{"id", name}, {"object", "model"}, {"created", m.created}, {"owned_by", "ember"}});
+  }
+  return dump_json(json{{"object", "list"}, {"data", data}});
+}
+
+bool authorized(const Server::Impl& s, const Request& req) {
+  if (s.opts.api_key.empty()) return true;
+  auto it = req.find(http::field::authorization);
+  std::string_view v = it == req.end() ? std::string_view() : std::string_view(it->value());
+  constexpr std::string_view kBearer = "Bearer ";
+  std::string_view given = v.starts_with(kBearer) ? v.substr(kBearer.size()) : std::string_view();
+  return constant_time_equal(given, s.opts.api_key);
+}
+
+asio::awaitable<bool> method_not_allowed(Server::Impl& s, Conn& c, const Request& req,
+                                         std::string_view route, std::string_view path) {
+  co_return co_await send_error(
+      s, c, req, route,
+      {ErrorKind::MethodNotAllowed,
+       fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
+       {}});
+}
+
+asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req) {
+  std::string_view path = path_of(req.target());
+  std::string_view route = route_label(path);
+  auto method = req.method();
+  auto only = [&](http::verb v) {
+    return method == v || (v == http::verb::get && method == http::verb::head);
+  };
+
+  if (path == "/health") {
+    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
+    {
+      bool loaded = s.current_model() != nullptr;
+      bool healthy = s.engine_healthy();
+      std::string status = s.is_draining ? "draining" : !loaded ? "loading" : "ok";
+      if (!healthy) status = "unhealthy";
+      co_return co_await send_response(
+          s, *c, req, route, healthy ? http::status::ok : http::status::service_unavailable,
+          "application/json", status_body(status));
+    }
+  }
+  if (path == "/ready") {
+    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
+    {
+      bool ready = s.is_ready && !s.is_draining;
+      std::string status = s.is_draining ? "draining" : s.is_ready ? "ready" : "loading";
+      co_return co_await send_response(s, *c, req, route,
+                                       ready ? http::status::ok : http::status::service_unavailable,
+                                       "application/json", status_body(status), ready ? 0 : 5);
+    }
+  }
+  if (path == "/metrics") {
+    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
+    {
+      MetricsSnapshot snap;
+      if (auto m = s.current_model()) {
+        auto st = m->engine->stats();
+        snap.queue_depth = st.queued;
+        snap.active_sequences = st.active;
+        snap.engine_steps = st.steps;
+      }
+      snap.in_flight_requests = s.in_flight.load();
+      snap.draining = s.is_draining;
+      snap.ready = s.is_ready && !s.is_draining;
+      co_return co_await send_response(s, *c, req, route, http::status::ok,
+                                       "text/plain; version=0.0.4; charset=utf-8",
+                                       s.metrics.render(snap));
+    }
+  }
+  if (path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions") {
+    if (!authorized(s, req)) {
+      co_return co_await send_error(s, *c, req, route,
+                                    {ErrorKind::Unauthorized,
+                                     "missing or wrong API key (send 'Authorization: Bearer KEY')",
+                                     {}});
+    }
+  }
+  if (path == "/v1/models") {
+    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
+    auto m = s.current_model();
+    if (!m) {
+      co_return co_await send_error(s, *c, req, route,
+                                    {ErrorKind::NotReady, "the model is still loading", {}});
+    }
+    co_return co_await send_response(s, *c, req, route, http::status::ok, "application/json",
+                                     models_body(*m));
+  }
+  if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    if (method != http::verb::post) {
+      co_return co_await method_not_allowed(s, *c, req, route, path);
+    }
+    co_return co_await handle_completion(
+        s, c, req, path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion, route);
+  }
+  co_return co_await send_error(s, *c, req, route,
+                                {ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
+}
+
+// An oversized or malformed request: answer, then read and discard briefly so the client sees
+// the answer instead of a reset.
+asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError& e) {
+  Request dummy;
+  dummy.version(11);
+  dummy.keep_alive(false);
+  co_await send_error(s, c, dummy, "other", e);
+  boost::system::error_code ec;
+  c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  c.stream.expires_after(std::chrono::seconds(1));
+  std::array<char, 4096> sink;
+  for (int i = 0; i < 1024; ++i) {
+    auto [rec, n] =
+        co_await c.stream.async_read_some(asio::buffer(sink), asio::as_tuple(asio::use_awaitable));
+    if (rec) break;
+  }
+}
+
+}  // namespace
+
+asio::awaitable<bool> send_response(Server::Impl& s, Conn& c, const Request& req,
+                                    std::string_view route, http::status status,
+                                    std::string content_type, std::string body, int retry_after_s) {
+  http::response<http::string_body> res{status, req.version()};
+  res.set(http::field::server, "ember");
+  res.set(http::field::content_type, content_type);
+  if (retry_after_s > 0) res.set(http::field::retry_after, std::to_string(retry_after_s));
+  bool keep = req.keep_alive() && !s.is_draining;
+  res.keep_alive(keep);
+  if (req.method() != http::verb::head) res.body() = std::move(body);
+  res.prepare_payload();
+  s.metrics.count_request(route, static_cast<int>(status));
+  c.stream.expires_after(std::chrono::seconds(30));  // a client that never reads its answer
+  auto [ec, n] = co_await http::async_write(c.stream, res, asio::as_tuple(asio::use_awaitable));
+  c.stream.expires_never();
+  co_return keep && !ec;
+}
+
+asio::awaitable<bool> send_error(Server::Impl& s, Conn& c, const Request& req,
+                                 std::string_view route, const ApiError& e) {
+  ErrorInfo info = error_info(e.kind);
+  co_return co_await send_response(s, c, req, route, static_cast<http::status>(info.status),
+                                   "application/json", error_body(e), info.retry_after_s);
+}
+
+asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint64_t conn_id) {
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(s.opts.max_body_bytes);
+    c->idle = true;
+    // One deadline for the whole head: a client trickling bytes (slow-loris) cannot extend it.
+    c->stream.expires_after(s.opts.header_timeout);
+    auto [ec, n] = co_await http::async_read_header(c->stream, c->buf, parser,
+                                                    asio::as_tuple(asio::use_awaitable));
+    c->idle = false;
+    if (ec == http::error::body_limit) {
+      co_await reject_and_close(
+          s, *c,
+          {ErrorKind::BodyTooLarge,
+           fmt::format("request body is larger than the limit of {} bytes", s.opts.max_body_bytes),
+           {}});
+      break;
+    }
+    if (ec) {
+      // A malformed head gets a 400; end of stream, timeouts, resets and drain closes do not.
+      if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
+          ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        co_await reject_and_close(
+            s, *c, {ErrorKind::InvalidRequest, "malformed HTTP request: " + ec.message(), {}});
+      }
+      break;  // end of stream, timeout, reset, or closed for the drain
+    }
+    if (!parser.is_done()) {
+      c->stream.expires_after(s.opts.body_timeout);
+      auto [bec, bn] =
+          co_await http::async_read(c->stream, c->buf, parser, asio::as_tuple(asio::use_awaitable));
+      if (bec == http::error::body_limit) {
+        co_await reject_and_close(s, *c,
+                                  {ErrorKind::BodyTooLarge,
+                                   fmt::format("request body is larger than the limit of {} bytes",
+                                               s.opts.max_body_bytes),
+                                   {}});
+        break;
+      }
+      if (bec) break;
+    }
+    c->stream.expires_never();
+    Request req = parser.release();
+    bool keep = false;
+    try {
+      keep = co_await dispatch(s, c, req);
+    } catch (const std::exception& e) {  // a bug; keep the server up and the client informed
+      log::error("ember: internal error on {}: {}", std::string_view(req.target()), e.what());
+      keep = false;
+    }
+    if (!keep || s.is_draining) break;
+  }
+  boost::system::error_code ec;
+  c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  c->stream.close();
+  std::lock_guard lock(s.reg_mu);
+  s.conns.erase(conn_id);
+}
+
+}  // namespace ember::server
