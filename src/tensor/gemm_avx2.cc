@@ -21,6 +21,11 @@ namespace {
 
 struct IsaAvx2 {
   static constexpr int kMaxRows = 4, kMaxTokens = 2;
+  static constexpr bool kExactU8 = false;  // maddubs saturates int16 pair sums
+  // 0x10 in each byte whose bit is set in the 32 bits at p.
+  static __m256i bits_to_16(const uint8_t* p) {
+    return _mm256_and_si256(tile_bits(p), _mm256_set1_epi8(0x10));
+  }
   static __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc,
                             _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));

@@ -24,6 +24,13 @@ namespace {
 
 struct IsaAvx512Vnni {
   static constexpr int kMaxRows = 4, kMaxTokens = 4;
+  static constexpr bool kExactU8 = true;
+  // 0x10 in each byte whose bit is set in the 32 bits at p (one mask move, no shuffles).
+  static __m256i bits_to_16(const uint8_t* p) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, p, 4);
+    return _mm256_maskz_mov_epi8(_cvtu32_mask32(bits), _mm256_set1_epi8(0x10));
+  }
   static __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
     return _mm256_dpbusd_epi32(acc, u, s);
   }
