@@ -1,0 +1,151 @@
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+
+namespace ember::server {
+namespace {
+
+ApiError error_of(std::string_view body, Endpoint e = Endpoint::Chat) {
+  auto r = parse_completion_request(body, e);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+CompletionRequest ok_of(std::string_view body, Endpoint e = Endpoint::Chat) {
+  auto r = parse_completion_request(body, e);
+  if (auto* err = std::get_if<ApiError>(&r)) ADD_FAILURE() << err->message;
+  return std::holds_alternative<CompletionRequest>(r) ? std::get<CompletionRequest>(r)
+                                                      : CompletionRequest{};
+}
+
+TEST(OpenAiRequest, parses_a_full_chat_request) {
+  auto r = ok_of(R"({"model":"m","messages":[{"role":"system","content":"be brief"},
+    {"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],
+    "stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":7,
+    "temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,"seed":42,"stop":["\n\n","END"],
+    "presence_penalty":0.5,"frequency_penalty":-0.5,"logprobs":true,"top_logprobs":2,
+    "user":"u1","some_future_field":{"x":1}})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "hi there");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_EQ(r.sampling.temperature, 0.f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_EQ(r.sampling.top_logprobs, 2);
+  EXPECT_EQ(r.user, "u1");
+}
+
+TEST(OpenAiRequest, completion_takes_prompt_and_integer_logprobs) {
+  auto r = ok_of(R"({"model":"m","prompt":"Once","max_tokens":3,"logprobs":2,"stop":"."})",
+                 Endpoint::Completion);
+  EXPECT_EQ(r.prompt, "Once");
+  EXPECT_EQ(r.max_tokens, 3);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"."});
+}
+
+TEST(OpenAiRequest, malformed_json_is_invalid_json_400) {
+  auto e = error_of(R"({"model": "m", "messages": [)");
+  EXPECT_EQ(e.kind, ErrorKind::InvalidJson);
+  EXPECT_EQ(error_info(e.kind).status, 400);
+}
+
+TEST(OpenAiRequest, wrong_types_name_the_parameter) {
+  auto e =
+      error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})");
+  EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(e.param, "temperature");
+  EXPECT_NE(e.message.find("number"), std::string::npos);
+  e = error_of(R"({"model":"m","messages":"hello"})");
+  EXPECT_EQ(e.param, "messages");
+  e = error_of(R"({"model":3,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(e.param, "model");
+  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})");
+  EXPECT_EQ(e.param, "max_tokens");
+  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})");
+  EXPECT_EQ(e.param, "stream");
+}
+
+TEST(OpenAiRequest, empty_messages_is_rejected) {
+  auto e = error_of(R"({"model":"m","messages":[]})");
+  EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(e.message.find("empty"), std::string::npos);
+}
+
+TEST(OpenAiRequest, unknown_role_and_missing_content_are_rejected) {
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})").param,
+            "messages[0].role");
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user"}]})").param, "messages[0].content");
+}
+
+TEST(OpenAiRequest, out_of_range_values_are_rejected) {
+  EXPECT_EQ(
+      error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})").param,
+      "temperature");
+  EXPECT_EQ(
+      error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})").param,
+      "max_tokens");
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":3})")
+                .param,
+            "top_logprobs");
+}
+
+TEST(OpenAiRequest, unsupported_parameters_get_a_400_naming_them) {
+  auto e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})");
+  EXPECT_EQ(e.kind, ErrorKind::Unsupported);
+  EXPECT_EQ(e.param, "n");
+  EXPECT_EQ(error_info(e.kind).status, 400);
+  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                  "tools":[{"type":"function","function":{"name":"f"}}]})");
+  EXPECT_EQ(e.kind, ErrorKind::Unsupported);
+  EXPECT_EQ(e.param, "tools");
+  // n == 1 and an empty tools list are what the client sends by default: accepted.
+  ok_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":1,"tools":[]})");
+}
+
+TEST(OpenAiRequest, missing_model_or_prompt_is_rejected) {
+  EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"x"}]})").param, "model");
+  EXPECT_EQ(error_of(R"({"model":"m"})", Endpoint::Completion).param, "prompt");
+  EXPECT_EQ(error_of(R"([1,2])").kind, ErrorKind::InvalidRequest);
+}
+
+TEST(ApiError, body_is_openai_error_json_and_statuses_come_from_one_table) {
+  auto body = nlohmann::json::parse(
+      error_body({ErrorKind::ModelNotFound, "model 'x' does not exist", "model"}));
+  EXPECT_EQ(body["error"]["message"], "model 'x' does not exist");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "model");
+  EXPECT_EQ(body["error"]["code"], "model_not_found");
+  EXPECT_EQ(error_info(ErrorKind::ModelNotFound).status, 404);
+  EXPECT_EQ(error_info(ErrorKind::Unauthorized).status, 401);
+  EXPECT_EQ(error_info(ErrorKind::BodyTooLarge).status, 413);
+  EXPECT_EQ(error_info(ErrorKind::Overloaded).status, 429);
+  EXPECT_GT(error_info(ErrorKind::Overloaded).retry_after_s, 0);
+  EXPECT_EQ(error_info(ErrorKind::Draining).status, 503);
+  EXPECT_GT(error_info(ErrorKind::Draining).retry_after_s, 0);
+  auto nul = nlohmann::json::parse(error_body({ErrorKind::InvalidRequest, "x", {}}));
+  EXPECT_TRUE(nul["error"]["param"].is_null());
+  EXPECT_TRUE(nul["error"]["code"].is_null());
+}
+
+TEST(ApiError, engine_submit_errors_map_to_api_errors) {
+  using K = engine::SubmitError::Kind;
+  EXPECT_EQ(from_submit_error({K::Overloaded, "queue full"}).kind, ErrorKind::Overloaded);
+  EXPECT_EQ(from_submit_error({K::PromptTooLong, "too long"}).kind, ErrorKind::ContextTooLong);
+  EXPECT_EQ(from_submit_error({K::ShuttingDown, "bye"}).kind, ErrorKind::Draining);
+}
+
+}  // namespace
+}  // namespace ember::server
