@@ -273,24 +273,23 @@ struct KUnpacked {
   __m256 d, dmin;
 };
 
-inline void k_scales_mins(const uint8_t* scales, int16_t* sc, int16_t* mn) {
-  EMBER_UNROLL
-  for (int j = 0; j < 8; ++j) {
-    uint8_t s, m;
-    k_scale_min(j, scales, &s, &m);
-    sc[j] = s;
-    mn[j] = m;
-  }
-}
-
-// Q4_K / Q5_K: 8 sub-blocks of 32, vector k is sub-block k.
+// Q4_K / Q5_K: 8 sub-blocks of 32, vector k is sub-block k. The 12 scale bytes hold 8 6-bit
+// scales and 8 6-bit mins (see k_scale_min); they are unpacked four at a time in 32-bit words.
 inline void k_set_32(KUnpacked* u, const uint8_t* scales, uint16_t d, uint16_t dmin) {
-  int16_t sc[8], mn[8];
-  k_scales_mins(scales, sc, mn);
+  uint32_t w[3];
+  __builtin_memcpy(w, scales, 12);
+  const uint32_t sc_lo = w[0] & 0x3f3f3f3f, mn_lo = w[1] & 0x3f3f3f3f;
+  const uint32_t sc_hi = (w[2] & 0x0f0f0f0f) | ((w[0] >> 2) & 0x30303030);
+  const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0f) | ((w[1] >> 2) & 0x30303030);
+  const __m128i sc8 = _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | uint64_t{sc_hi} << 32));
+  const __m128i mn8 = _mm_cvtsi64_si128(static_cast<int64_t>(mn_lo | uint64_t{mn_hi} << 32));
+  const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));
   EMBER_UNROLL
-  for (int k = 0; k < 8; ++k) u->sc[k] = _mm256_set1_epi16(sc[k]);
-  u->m16 = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3], mn[4], mn[4],
-                             mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
+  for (int k = 0; k < 8; ++k) {  // int16 element k everywhere
+    u->sc[k] =
+        _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * k)));
+  }
+  u->m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));  // mn[j] against bsums 2j, 2j+1
   u->d = _mm256_set1_ps(h2f(d));
   u->dmin = _mm256_set1_ps(h2f(dmin));
 }
@@ -347,12 +346,19 @@ struct UnpackQ6_K {
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
     }
-    const int8_t* s = b.scales;
+    // Sub-blocks of 16: scale 2k in the low lane, 2k+1 in the high one, picked by per-lane byte
+    // shuffles from the 16 scales widened to int16 (0..7 in one half, 8..15 in the other).
+    u->m16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    const __m256i lo = _mm256_permute2x128_si256(u->m16, u->m16, 0x00);
+    const __m256i hi = _mm256_permute2x128_si256(u->m16, u->m16, 0x11);
     EMBER_UNROLL
-    for (int k = 0; k < 8; ++k) {  // sub-blocks of 16: 2k in the low lane, 2k+1 in the high
-      u->sc[k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+    for (int k = 0; k < 8; ++k) {
+      const int e = 2 * (k % 4);  // element of the half holding scales 2k, 2k+1
+      const __m256i pick =
+          _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (e + 1))),
+                           _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * e)));
+      u->sc[k] = _mm256_shuffle_epi8(k < 4 ? lo : hi, pick);
     }
-    u->m16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
     const float d = h2f(b.d);
     u->d = _mm256_set1_ps(d);
     u->dmin = _mm256_set1_ps(32 * d);
