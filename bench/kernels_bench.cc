@@ -64,7 +64,7 @@ void register_all() {
   std::vector<Case> cases;
   // Generic shapes, every type.
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
-                  DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                  DType::Q4_1, DType::Q5_1, DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     cases.push_back({t, 640, 2048, true});
     cases.push_back({t, 2048, 640, true});
     cases.push_back({t, 4096, 4096, false});

@@ -37,10 +37,15 @@ struct IsaAvx2 {
 
 }  // namespace
 
-// The AVX2 vec_dot kernels stay those of quant_avx2.cc; Q5_K gets its first SIMD dot here.
+// The AVX2 vec_dot kernels stay those of quant_avx2.cc; the types it lacks get their 1x1 tiles.
 void add_avx2_gemm(KernelOverrides* o) {
   register_tiles<IsaAvx2>(o, false);
-  o->dot[static_cast<size_t>(DType::Q5_K)] = &dot_1x1<SuperK<IsaAvx2, UnpackQ5_K>>;
+  auto at = [](DType t) { return static_cast<size_t>(t); };
+  o->dot[at(DType::Q5_K)] = &dot_1x1<SuperK<IsaAvx2, UnpackQ5_K>>;
+  o->dot[at(DType::Q2_K)] = &dot_1x1<SuperK<IsaAvx2, UnpackQ2_K>>;
+  o->dot[at(DType::Q4_1)] = &dot_1x1<LegacyMinK<IsaAvx2, UnpackQ4_1>>;
+  o->dot[at(DType::Q5_1)] = &dot_1x1<LegacyMinK<IsaAvx2, UnpackQ5_1>>;
+  o->dot[at(DType::BF16)] = &dot_1x1<FloatK<IsaAvx2, LoadBF16>>;
 }
 
 }  // namespace ember::tensor::simd

@@ -84,6 +84,15 @@ struct LoadF16 {
   static float scalar(uint16_t v) { return h2f(v); }
 };
 
+struct LoadBF16 {
+  using Elem = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float scalar(uint16_t v) { return bfloat_to_float(v); }
+};
+
 template <class L, int NR, int NT>
 void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                 size_t ys) {
@@ -260,6 +269,63 @@ void tile_legacy_u(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
   store_tile<NR, NT>(acc, y, ys);
 }
 
+// ---- Q4_1 / Q5_1 against Q8_1: x = d * q + m with unsigned q, so
+// dot = dx * dy * sum(q * y) + m * s_y, s_y = dy * sum(y) stored in the Q8_1 block. The m * s_y
+// term rides in lane 0 of the accumulator (the final horizontal sum adds it in).
+struct UnpackQ4_1 {
+  using Block = BlockQ4_1;
+  template <class Isa>
+  static __m256i levels(const Block& b) {
+    return tile_nibbles(b.qs);
+  }
+};
+struct UnpackQ5_1 {
+  using Block = BlockQ5_1;
+  template <class Isa>
+  static __m256i levels(const Block& b) {
+    return _mm256_or_si256(tile_nibbles(b.qs), Isa::bits_to_16(b.qh));
+  }
+};
+
+template <class Isa, class U, int NR, int NT>
+void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                     size_t ys) {
+  using B = typename U::Block;
+  __m256 acc[NR][NT];
+  EMBER_UNROLL
+  for (auto& row : acc) {
+    EMBER_UNROLL
+    for (auto& v : row) v = _mm256_setzero_ps();
+  }
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    prefetch_ahead<NR>(w, ws, i * sizeof(B));
+    __m256i ux[NR];
+    __m256 dx[NR], mx[NR];
+    EMBER_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
+      ux[r] = U::template levels<Isa>(b);
+      dx[r] = _mm256_set1_ps(h2f(b.d));
+      mx[r] = _mm256_set1_ps(h2f(b.m));
+    }
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_1& yb = reinterpret_cast<const BlockQ8_1*>(a + t * as)[i];
+      const __m256i qy = load256(yb.qs);
+      const __m256 dy = _mm256_set1_ps(h2f(yb.d));
+      const __m256 sy = _mm256_zextps128_ps256(_mm_set_ss(h2f(yb.s)));
+      EMBER_UNROLL
+      for (int r = 0; r < NR; ++r) {
+        const __m256i p = Isa::dot_u8s8(zero, ux[r], qy);
+        const __m256 v = _mm256_fmadd_ps(mx[r], sy, acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), _mm256_cvtepi32_ps(p), v);
+      }
+    }
+  }
+  store_tile<NR, NT>(acc, y, ys);
+}
+
 // ---- K types against Q8_K activations ----
 // Every K type unpacks a super-block into 8 vectors of 32 unsigned levels (< 64, so a maddubs
 // pair sum cannot saturate), 8 vectors of int16 scales matching the levels' lanes, and 16 int16
@@ -365,6 +431,39 @@ struct UnpackQ6_K {
   }
 };
 
+// Q2_K: 2-bit levels, 16 sub-blocks of 16 with a 4-bit scale (low nibble) and 4-bit min (high
+// nibble); byte l of quarter h holds elements 128h + l, +32, +64, +96 in bit pairs 0..7.
+struct UnpackQ2_K {
+  using Block = BlockQ2_K;
+  static void unpack(const Block& b, KUnpacked* u) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    EMBER_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load256(b.qs + 32 * h);
+      u->q[4 * h] = _mm256_and_si256(q, m3);
+      u->q[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
+      u->q[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
+      u->q[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+    }
+    const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, _mm_set1_epi8(0x0F)));
+    u->m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0F)));
+    // Vector v covers sub-blocks 2v (low lane) and 2v + 1 (high lane), as in Q6_K.
+    const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+    const __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    EMBER_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      const int e = 2 * (k % 4);
+      const __m256i pick =
+          _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (e + 1))),
+                           _mm_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * e)));
+      u->sc[k] = _mm256_shuffle_epi8(k < 4 ? lo : hi, pick);
+    }
+    u->d = _mm256_set1_ps(h2f(b.d));
+    u->dmin = _mm256_set1_ps(h2f(b.dmin));
+  }
+};
+
 template <class Isa, class U, int NR, int NT>
 void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
             size_t ys) {
@@ -423,6 +522,14 @@ struct LegacyUK {
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
     tile_legacy_u<Isa, U, R, T>(n, w, ws, a, as, y, ys);
+  }
+};
+template <class Isa, class U>
+struct LegacyMinK {
+  template <int R, int T>
+  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
+                  size_t ys) {
+    tile_legacy_min<Isa, U, R, T>(n, w, ws, a, as, y, ys);
   }
 };
 template <class Isa, class U>
@@ -491,6 +598,10 @@ void register_tiles(KernelOverrides* o, bool dots) {
   }
   add(DType::Q4_0, LegacyUK<Isa, UnpackUQ4_0>{});
   add(DType::Q5_0, LegacyUK<Isa, UnpackUQ5_0>{});
+  add(DType::BF16, FloatK<Isa, LoadBF16>{});
+  add(DType::Q4_1, LegacyMinK<Isa, UnpackQ4_1>{});
+  add(DType::Q5_1, LegacyMinK<Isa, UnpackQ5_1>{});
+  add(DType::Q2_K, SuperK<Isa, UnpackQ2_K>{});
   add(DType::Q4_K, SuperK<Isa, UnpackQ4_K>{});
   add(DType::Q5_K, SuperK<Isa, UnpackQ5_K>{});
   add(DType::Q6_K, SuperK<Isa, UnpackQ6_K>{});
