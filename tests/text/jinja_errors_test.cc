@@ -69,6 +69,16 @@ TEST(JinjaErrors, type_errors_fail_the_render_with_the_line) {
             "ERROR: t line 1: cannot assign attribute 'a' on 'n': it is a int, not a namespace");
 }
 
+TEST(JinjaErrors, deep_nesting_is_refused_rather_than_overflowing_the_stack) {
+  std::string deep = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  EXPECT_EQ(parse_error(deep), "t line 1: template nests too deeply");
+  std::string nots = "{{ " + std::string(100, ' ') + "not not not not not not not not 1 }}";
+  EXPECT_EQ(render(nots), "True");
+  std::string ifs;
+  for (int i = 0; i < 300; ++i) ifs += "{% if true %}";
+  EXPECT_EQ(parse_error(ifs), "t line 1: template nests too deeply");
+}
+
 TEST(JinjaErrors, runaway_macro_recursion_is_stopped) {
   std::string out = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_EQ(out, "ERROR: t line 1: macro 'f': recursion too deep");

@@ -137,7 +137,6 @@ void apply_whitespace_rules(std::vector<Piece>& pieces) {
 
 void lex_inner(std::string_view src, const Piece& tag, std::string_view whole,
                std::vector<Token>& out) {
-  (void)whole;
   int line = tag.line;
   size_t i = 0;
   // The tag's line plus the newlines inside the tag before `at`.

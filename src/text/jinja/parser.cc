@@ -31,6 +31,17 @@ class Parser {
   std::set<std::string> macros_;
   std::vector<std::pair<std::string, int>> called_names_;  // checked once all macros are known
   int loop_depth_ = 0;
+  int nesting_ =
+      0;  // recursion depth of the parser: a hostile template must not overflow the stack
+
+  struct NestGuard {
+    explicit NestGuard(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) throw TemplateError(p_.line(), "template nests too deeply");
+    }
+    ~NestGuard() { --p_.nesting_; }
+    Parser& p_;
+  };
+  static constexpr int kMaxNesting = 200;
 
   const Token& peek(size_t ahead = 0) const {
     return toks_[std::min(pos_ + ahead, toks_.size() - 1)];
@@ -127,6 +138,7 @@ class Parser {
   }
 
   NodePtr parse_statement() {
+    NestGuard guard(*this);
     const Token& kw = next();
     int l = kw.line;
     const std::string& k = kw.value;
@@ -279,6 +291,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    NestGuard guard(*this);
     int l = line();
     ExprPtr e = parse_or();
     if (is_name("if")) {
@@ -319,6 +332,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    NestGuard guard(*this);
     if (is_name("not")) {
       auto e = make(Expr::Kind::kUnary, next().line);
       e->name = "not";
@@ -395,6 +409,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    NestGuard guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
