@@ -14,6 +14,30 @@
 // request is therefore at most one prefill chunk, one seed forward, or one decode step.
 // A request stopped before its first token produces zero tokens. Every admitted or queued
 // request ends with exactly one DoneEvent, including at shutdown.
+//
+// Details the contract leaves open, fixed here:
+// - Cancel and shutdown do not wait in the mailbox: cancel(id) and signal_shutdown() set flags
+//   the poll sites read directly, so they are seen even while the engine thread is blocked in
+//   a hook (by the re-poll after it). A per-request CancelToken is read the same way.
+// - The seed IS the last prefill chunk: a prompt is cut into prefill_chunk-sized chunks and the
+//   final (possibly shorter) one is run as the seed step, polled with on_before_seed. Only the
+//   non-final chunks fire on_before_prefill_chunk (positions 0, 512, 1024, ...); a prompt of at
+//   most prefill_chunk tokens is a single seed step.
+// - Each site counts exactly one poll of the request's token (is_cancelled); the re-poll after
+//   the hook only peeks. So CancelToken::with_budget(n) allows n steps of that request (each
+//   non-final prefill chunk, the seed and each decode step is one step): n tokens for a prompt
+//   that fits one chunk. A tripped budget ends the request `cancelled` with cause `budget`.
+// - Finish reasons: `stop` (an eog_tokens id was sampled; it is not emitted), `length`
+//   (max_tokens, clipped to n_ctx - prompt tokens), `cancelled` (cause: client — token,
+//   cancel(id) or the stream dropped; deadline; shutdown; budget; slow_consumer — the consumer
+//   was event_queue_capacity tokens behind), `error` (the backend's forward failed; every
+//   request in that batch ends with it, the engine carries on).
+// - A request's resources (sequence, KV memory, slot, stats) are released BEFORE its DoneEvent
+//   is pushed: once a consumer holds the DoneEvent, stats() and live_kv_bytes() no longer
+//   count it.
+// - Request ids are assigned 1, 2, 3, ... in submit order, per engine.
+// - The residual bound is a bound in steps, not in time: its wall time is that of one chunk or
+//   one step of the model in use (a 512-token chunk of a big model on a CPU takes seconds).
 #pragma once
 
 #include <cstdint>
