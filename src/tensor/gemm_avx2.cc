@@ -21,7 +21,8 @@ namespace {
 
 struct IsaAvx2 {
   static constexpr int kMaxRows = 4, kMaxTokens = 2;
-  static constexpr bool kExactU8 = false;  // maddubs saturates int16 pair sums
+  static constexpr int kDecodeRowsLegacy = 4;  // 16 registers
+  static constexpr bool kExactU8 = false;      // maddubs saturates int16 pair sums
   // 0x10 in each byte whose bit is set in the 32 bits at p.
   static __m256i bits_to_16(const uint8_t* p) {
     return _mm256_and_si256(tile_bits(p), _mm256_set1_epi8(0x10));

@@ -510,6 +510,7 @@ using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t,
 
 template <class Isa, class U>
 struct LegacyK {
+  static constexpr bool kLegacy = true;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -518,6 +519,7 @@ struct LegacyK {
 };
 template <class Isa, class U>
 struct LegacyUK {
+  static constexpr bool kLegacy = true;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -526,6 +528,7 @@ struct LegacyUK {
 };
 template <class Isa, class U>
 struct LegacyMinK {
+  static constexpr bool kLegacy = true;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -534,6 +537,7 @@ struct LegacyMinK {
 };
 template <class Isa, class U>
 struct SuperK {
+  static constexpr bool kLegacy = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -542,6 +546,7 @@ struct SuperK {
 };
 template <class Isa, class L>
 struct FloatK {
+  static constexpr bool kLegacy = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -549,25 +554,28 @@ struct FloatK {
   }
 };
 
-template <class K, int MR, int MT>
+// fn[r - 1][t - 1] for r <= MR, t <= MT, plus single-token tiles of up to DR rows (decode: more
+// rows in flight hide more memory latency, and one token needs few registers).
+template <class K, int MR, int MT, int DR>
 struct TileTable {
-  TileFn fn[MR][MT] = {};
+  static constexpr int kRows = MR > DR ? MR : DR;
+  TileFn fn[kRows][MT] = {};
   constexpr TileTable() { fill<1, 1>(); }
   template <int R, int T>
   constexpr void fill() {
-    fn[R - 1][T - 1] = &K::template run<R, T>;
+    if constexpr (R <= MR || T == 1) fn[R - 1][T - 1] = &K::template run<R, T>;
     if constexpr (T < MT) {
       fill<R, T + 1>();
-    } else if constexpr (R < MR) {
+    } else if constexpr (R < kRows) {
       fill<R + 1, 1>();
     }
   }
 };
 
-template <class K, int MR, int MT>
+template <class K, int MR, int MT, int DR>
 void run_tile(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, int nt,
               float* y, size_t ys) {
-  static constexpr TileTable<K, MR, MT> table;
+  static constexpr TileTable<K, MR, MT, DR> table;
   table.fn[nr - 1][nt - 1](n, w, ws, a, as, y, ys);
 }
 
@@ -585,8 +593,10 @@ template <class Isa>
 void register_tiles(KernelOverrides* o, bool dots) {
   auto add = [&](DType t, auto k) {
     using K = decltype(k);
+    constexpr int kDecodeRows = K::kLegacy ? Isa::kDecodeRowsLegacy : Isa::kMaxRows;
     const auto i = static_cast<size_t>(t);
-    o->gemm[i] = {&run_tile<K, Isa::kMaxRows, Isa::kMaxTokens>, Isa::kMaxRows, Isa::kMaxTokens};
+    o->gemm[i] = {&run_tile<K, Isa::kMaxRows, Isa::kMaxTokens, kDecodeRows>, Isa::kMaxRows,
+                  Isa::kMaxTokens, kDecodeRows};
     if (dots) o->dot[i] = &dot_1x1<K>;
   };
   add(DType::F32, FloatK<Isa, LoadF32>{});

@@ -56,7 +56,7 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
   // Tiles of g.max_rows weight rows x g.max_tokens tokens; a thread takes whole row tiles and
   // runs every token tile over them, so its weight rows stay in L1 while the activations (a
   // few KB per token) come from L2.
-  const int64_t mr = g.max_rows, mt = g.max_tokens;
+  const int64_t mr = n_tokens == 1 ? g.decode_rows : g.max_rows, mt = g.max_tokens;
   const int64_t row_tiles = (rows + mr - 1) / mr;
   // A chunk streams at least kMinChunkBytes of weights (times tokens): handing a thread less
   // costs more in wake-up and cache traffic than it saves (a 640x256 Q8_0 decode matmul is

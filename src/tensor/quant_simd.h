@@ -17,10 +17,12 @@ constexpr size_t kTypeSlots = 31;
 // r < nr <= max_rows, t < nt <= max_tokens (activations already quantized to vec_dot_type).
 using GemmTile = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
                           size_t a_stride, int nt, float* y, size_t y_stride);
+// With nt == 1 a tile may also take up to decode_rows (>= max_rows) rows.
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
   int max_tokens = 0;
+  int decode_rows = 0;
 };
 
 struct KernelOverrides {
