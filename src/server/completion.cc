@@ -113,70 +113,81 @@ ApiError cancelled_error(engine::CancelCause cause) {
           {}};
 }
 
+struct Prepared {
+  std::shared_ptr<ServedModel> model;
+  CompletionRequest r;
+  std::vector<int32_t> prompt;
+  int32_t n_ctx = 0;
+  const char* prompt_param = "messages";
+};
+
+// Everything before the engine, as a plain function: state checks, parsing, the model name,
+// the chat template, tokenization and the context check.
+std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, Endpoint endpoint) {
+  Prepared p;
+  p.model = s.current_model();
+  if (s.is_draining) return ApiError{ErrorKind::Draining, "the server is shutting down", {}};
+  if (!p.model) return ApiError{ErrorKind::NotReady, "the model is still loading", {}};
+  auto parsed = parse_completion_request(req.body(), endpoint);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  p.r = std::move(std::get<CompletionRequest>(parsed));
+  const auto& names = p.model->names;
+  if (std::find(names.begin(), names.end(), p.r.model) == names.end()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+    return ApiError{
+        ErrorKind::ModelNotFound,
+        fmt::format("model '{}' does not exist; this server serves {}", p.r.model, list), "model"};
+  }
+  if (endpoint == Endpoint::Chat) {
+    auto enc = p.model->text->encode_chat(p.r.messages);
+    if (!enc) return ApiError{ErrorKind::InvalidRequest, enc.message(), "messages"};
+    p.prompt = std::move(*enc);
+  } else {
+    p.prompt = p.model->text->encode_prompt(p.r.prompt);
+    p.prompt_param = "prompt";
+  }
+  p.n_ctx = p.model->engine->n_ctx();
+  const auto n_prompt = static_cast<int32_t>(p.prompt.size());
+  if (n_prompt == 0)
+    return ApiError{ErrorKind::InvalidRequest, "the prompt is empty", p.prompt_param};
+  if (n_prompt >= p.n_ctx) {
+    return ApiError{ErrorKind::ContextTooLong,
+                    fmt::format("the prompt has {} tokens, but this model's context holds {} "
+                                "tokens (prompt and answer together)",
+                                n_prompt, p.n_ctx),
+                    p.prompt_param};
+  }
+  return p;
+}
+
 }  // namespace
 
+// Note: no temporaries with destructors inside co_await expressions (GCC 12 may destroy them
+// twice); answers are built into named values first.
 asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,
                                         const Request& req, Endpoint endpoint,
                                         std::string_view route) {
   const auto t0 = Clock::now();
-  auto model = s.current_model();
-  if (s.is_draining) {
-    co_return co_await send_error(s, *c, req, route,
-                                  {ErrorKind::Draining, "the server is shutting down", {}});
+  auto prepared = prepare(s, req, endpoint);
+  if (auto* e = std::get_if<ApiError>(&prepared)) {
+    Reply reply = error_reply(*e);
+    co_return co_await send_reply(s, *c, req, route, reply);
   }
-  if (!model) {
-    co_return co_await send_error(s, *c, req, route,
-                                  {ErrorKind::NotReady, "the model is still loading", {}});
-  }
-  auto parsed = parse_completion_request(req.body(), endpoint);
-  if (auto* e = std::get_if<ApiError>(&parsed))
-    co_return co_await send_error(s, *c, req, route, *e);
-  CompletionRequest& r = std::get<CompletionRequest>(parsed);
-
-  if (std::find(model->names.begin(), model->names.end(), r.model) == model->names.end()) {
-    std::string names;
-    for (const auto& n : model->names) names += (names.empty() ? "'" : ", '") + n + "'";
-    co_return co_await send_error(
-        s, *c, req, route,
-        {ErrorKind::ModelNotFound,
-         fmt::format("model '{}' does not exist; this server serves {}", r.model, names), "model"});
-  }
-
-  std::vector<int32_t> prompt;
-  if (endpoint == Endpoint::Chat) {
-    auto enc = model->text->encode_chat(r.messages);
-    if (!enc) {
-      co_return co_await send_error(s, *c, req, route,
-                                    {ErrorKind::InvalidRequest, enc.message(), "messages"});
-    }
-    prompt = std::move(*enc);
-  } else {
-    prompt = model->text->encode_prompt(r.prompt);
-  }
-  const char* prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  const int32_t n_ctx = model->engine->n_ctx();
-  const auto n_prompt = static_cast<int32_t>(prompt.size());
-  if (n_prompt == 0) {
-    co_return co_await send_error(s, *c, req, route,
-                                  {ErrorKind::InvalidRequest, "the prompt is empty", prompt_param});
-  }
-  if (n_prompt >= n_ctx) {
-    co_return co_await send_error(
-        s, *c, req, route,
-        {ErrorKind::ContextTooLong,
-         fmt::format("the prompt has {} tokens, but this model's context holds {} tokens "
-                     "(prompt and answer together)",
-                     n_prompt, n_ctx),
-         prompt_param});
-  }
+  Prepared& p = std::get<Prepared>(prepared);
+  auto& model = p.model;
+  CompletionRequest& r = p.r;
+  const int32_t n_ctx = p.n_ctx;
+  const auto n_prompt = static_cast<int32_t>(p.prompt.size());
+  const char* prompt_param = p.prompt_param;
 
   InFlight in_flight(s);
   if (s.cut_off) {
-    co_return co_await send_error(s, *c, req, route,
-                                  {ErrorKind::Draining, "the server is shutting down", {}});
+    Reply reply = error_reply({ErrorKind::Draining, "the server is shutting down", {}});
+    co_return co_await send_reply(s, *c, req, route, reply);
   }
   engine::GenerateRequest g;
-  g.prompt = std::move(prompt);
+  g.prompt = std::move(p.prompt);
   g.sampling = r.sampling;
   g.max_tokens = std::min(r.max_tokens.value_or(n_ctx - n_prompt), n_ctx - n_prompt);
   g.cancel = engine::CancelToken::make();
@@ -189,7 +200,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     ApiError e = sub.error ? from_submit_error(*sub.error)
                            : ApiError{ErrorKind::Internal, "engine refused the request", {}};
     if (e.kind == ErrorKind::ContextTooLong) e.param = prompt_param;
-    co_return co_await send_error(s, *c, req, route, e);
+    Reply reply = error_reply(e);
+    co_return co_await send_reply(s, *c, req, route, reply);
   }
   const uint64_t rid = sub.stream->id();
   in_flight.register_id(rid);
@@ -227,10 +239,12 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   uint64_t n_generated = 0;
 
   auto writable = [&] { return !watch->client_gone && !write_failed; };
-  auto write = [&](std::string data) -> asio::awaitable<void> {
+  std::string event;  // the SSE event being written
+  auto write = [&]() -> asio::awaitable<void> {
     if (!writable()) co_return;
-    auto [ec, n] = co_await asio::async_write(c->stream, http::make_chunk(asio::buffer(data)),
-                                              asio::as_tuple(asio::use_awaitable));
+    auto chunk = http::make_chunk(asio::buffer(event));
+    auto [ec, n] =
+        co_await asio::async_write(c->stream, chunk, asio::as_tuple(asio::use_awaitable));
     if (ec) write_failed = true;
   };
 
@@ -246,7 +260,10 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
         co_await http::async_write_header(c->stream, sr, asio::as_tuple(asio::use_awaitable));
     if (ec) write_failed = true;
     s.metrics.count_request(route, 200);
-    if (endpoint == Endpoint::Chat) co_await write(sse_event(chunk_role(ctx)));
+    if (endpoint == Endpoint::Chat) {
+      event = sse_event(chunk_role(ctx));
+      co_await write();
+    }
   }
 
   for (;;) {
@@ -277,7 +294,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       }
       if (r.stream) {
         if (!step.emit.empty() || (r.logprobs && !lps.empty() && !step.stopped)) {
-          co_await write(sse_event(chunk_content(ctx, step.emit, r.logprobs ? &lps : nullptr)));
+          event = sse_event(chunk_content(ctx, step.emit, r.logprobs ? &lps : nullptr));
+          co_await write();
           lps.clear();
         }
       } else {
@@ -294,7 +312,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     std::string tail = step.emit + (step.stopped ? "" : stop.flush());
     stopped_by_string = step.stopped;
     if (r.stream && !tail.empty()) {
-      co_await write(sse_event(chunk_content(ctx, tail, nullptr)));
+      event = sse_event(chunk_content(ctx, tail, nullptr));
+      co_await write();
     } else {
       text += tail;
     }
@@ -313,32 +332,39 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   bool keep = false;
   if (r.stream) {
-    co_await write(sse_event(chunk_final(ctx, finish)));
+    event = sse_event(chunk_final(ctx, finish));
+    co_await write();
     if (cancelled) {
-      co_await write(sse_event(error_event(cancelled_error(done->cause))));
+      event = sse_event(error_event(cancelled_error(done->cause)));
+      co_await write();
     } else if (done->reason == engine::FinishReason::Error) {
-      co_await write(sse_event(error_event({ErrorKind::Internal, done->message, {}})));
+      event = sse_event(error_event({ErrorKind::Internal, done->message, {}}));
+      co_await write();
     } else if (r.include_usage) {
-      co_await write(sse_event(chunk_usage(ctx, usage)));
+      event = sse_event(chunk_usage(ctx, usage));
+      co_await write();
     }
-    co_await write(kSseDone);
+    event = kSseDone;
+    co_await write();
     if (writable()) {
-      auto [ec, n] = co_await asio::async_write(c->stream, http::make_chunk_last(),
-                                                asio::as_tuple(asio::use_awaitable));
+      auto last = http::make_chunk_last();
+      auto [ec, n] =
+          co_await asio::async_write(c->stream, last, asio::as_tuple(asio::use_awaitable));
       if (ec) write_failed = true;
     }
     keep = req.keep_alive() && writable() && !s.is_draining;
   } else if (watch->client_gone) {
     keep = false;  // nobody to answer
   } else if (cancelled) {
-    keep = co_await send_error(s, *c, req, route, cancelled_error(done->cause));
+    Reply reply = error_reply(cancelled_error(done->cause));
+    keep = co_await send_reply(s, *c, req, route, reply);
   } else if (done->reason == engine::FinishReason::Error) {
-    keep = co_await send_error(s, *c, req, route,
-                               {ErrorKind::Internal, "generation failed: " + done->message, {}});
+    Reply reply = error_reply({ErrorKind::Internal, "generation failed: " + done->message, {}});
+    keep = co_await send_reply(s, *c, req, route, reply);
   } else {
-    json body = full_response(ctx, text, finish, usage, r.logprobs ? &lps : nullptr);
-    keep = co_await send_response(s, *c, req, route, http::status::ok, "application/json",
-                                  dump_json(body));
+    Reply reply{http::status::ok, "application/json",
+                dump_json(full_response(ctx, text, finish, usage, r.logprobs ? &lps : nullptr)), 0};
+    keep = co_await send_reply(s, *c, req, route, reply);
   }
   s.metrics.observe_request_duration(std::chrono::duration<double>(Clock::now() - t0).count());
 

@@ -85,13 +85,17 @@ struct Server::Impl {
 
 // session.cc
 asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint64_t conn_id);
-// Writes a whole response; counts it in the metrics. Returns whether to keep the connection.
-asio::awaitable<bool> send_response(Server::Impl& s, Conn& c, const Request& req,
-                                    std::string_view route, http::status status,
-                                    std::string content_type, std::string body,
-                                    int retry_after_s = 0);
-asio::awaitable<bool> send_error(Server::Impl& s, Conn& c, const Request& req,
-                                 std::string_view route, const ApiError& e);
+struct Reply {
+  http::status status = http::status::ok;
+  std::string content_type;
+  std::string body;
+  int retry_after_s = 0;  // 0: no Retry-After header
+};
+Reply error_reply(const ApiError& e);
+// Writes a whole response and counts it in the metrics; returns whether to keep the connection.
+// Pass named values only: no temporaries inside a co_await expression (GCC 12 coroutine bug).
+asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
+                                 std::string_view route, const Reply& reply);
 
 // completion.cc
 asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,

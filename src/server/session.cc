@@ -7,6 +7,13 @@
 #include "server/sse.h"
 
 namespace ember::server {
+
+Reply error_reply(const ApiError& e) {
+  ErrorInfo info = error_info(e.kind);
+  return {static_cast<http::status>(info.status), "application/json", error_body(e),
+          info.retry_after_s};
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -48,90 +55,78 @@ bool authorized(const Server::Impl& s, const Request& req) {
   return constant_time_equal(given, s.opts.api_key);
 }
 
-asio::awaitable<bool> method_not_allowed(Server::Impl& s, Conn& c, const Request& req,
-                                         std::string_view route, std::string_view path) {
-  co_return co_await send_error(
-      s, c, req, route,
+// GCC 12 coroutines may destroy temporaries inside a co_await expression twice, so every
+// answer is computed by a plain function into a named Reply, and only then written.
+Reply method_not_allowed(std::string_view path, const Request& req) {
+  return error_reply(
       {ErrorKind::MethodNotAllowed,
        fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
        {}});
 }
 
+bool is_get(const Request& req) {
+  return req.method() == http::verb::get || req.method() == http::verb::head;
+}
+
+// Every route but the completions: no engine work, nothing to await.
+Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
+  if (path == "/health") {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    bool loaded = s.current_model() != nullptr;
+    bool healthy = s.engine_healthy();
+    std::string status = s.is_draining ? "draining" : !loaded ? "loading" : "ok";
+    if (!healthy) status = "unhealthy";
+    return {healthy ? http::status::ok : http::status::service_unavailable, "application/json",
+            status_body(status), 0};
+  }
+  if (path == "/ready") {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    bool ready = s.is_ready && !s.is_draining;
+    std::string status = s.is_draining ? "draining" : s.is_ready ? "ready" : "loading";
+    return {ready ? http::status::ok : http::status::service_unavailable, "application/json",
+            status_body(status), ready ? 0 : 5};
+  }
+  if (path == "/metrics") {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    MetricsSnapshot snap;
+    if (auto m = s.current_model()) {
+      auto st = m->engine->stats();
+      snap.queue_depth = st.queued;
+      snap.active_sequences = st.active;
+      snap.engine_steps = st.steps;
+    }
+    snap.in_flight_requests = s.in_flight.load();
+    snap.draining = s.is_draining;
+    snap.ready = s.is_ready && !s.is_draining;
+    return {http::status::ok, "text/plain; version=0.0.4; charset=utf-8", s.metrics.render(snap),
+            0};
+  }
+  bool v1 = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
+  if (v1 && !authorized(s, req)) {
+    return error_reply({ErrorKind::Unauthorized,
+                        "missing or wrong API key (send 'Authorization: Bearer KEY')",
+                        {}});
+  }
+  if (path == "/v1/models") {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    auto m = s.current_model();
+    if (!m) return error_reply({ErrorKind::NotReady, "the model is still loading", {}});
+    return {http::status::ok, "application/json", models_body(*m), 0};
+  }
+  if (v1) return method_not_allowed(path, req);  // a completion route, not POSTed
+  return error_reply({ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
+}
+
 asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req) {
   std::string_view path = path_of(req.target());
   std::string_view route = route_label(path);
-  auto method = req.method();
-  auto only = [&](http::verb v) {
-    return method == v || (v == http::verb::get && method == http::verb::head);
-  };
-
-  if (path == "/health") {
-    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
-    {
-      bool loaded = s.current_model() != nullptr;
-      bool healthy = s.engine_healthy();
-      std::string status = s.is_draining ? "draining" : !loaded ? "loading" : "ok";
-      if (!healthy) status = "unhealthy";
-      co_return co_await send_response(
-          s, *c, req, route, healthy ? http::status::ok : http::status::service_unavailable,
-          "application/json", status_body(status));
-    }
+  bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
+  if (completion && req.method() == http::verb::post && authorized(s, req)) {
+    Endpoint e = path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
+    co_return co_await handle_completion(s, c, req, e, route);
   }
-  if (path == "/ready") {
-    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
-    {
-      bool ready = s.is_ready && !s.is_draining;
-      std::string status = s.is_draining ? "draining" : s.is_ready ? "ready" : "loading";
-      co_return co_await send_response(s, *c, req, route,
-                                       ready ? http::status::ok : http::status::service_unavailable,
-                                       "application/json", status_body(status), ready ? 0 : 5);
-    }
-  }
-  if (path == "/metrics") {
-    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
-    {
-      MetricsSnapshot snap;
-      if (auto m = s.current_model()) {
-        auto st = m->engine->stats();
-        snap.queue_depth = st.queued;
-        snap.active_sequences = st.active;
-        snap.engine_steps = st.steps;
-      }
-      snap.in_flight_requests = s.in_flight.load();
-      snap.draining = s.is_draining;
-      snap.ready = s.is_ready && !s.is_draining;
-      co_return co_await send_response(s, *c, req, route, http::status::ok,
-                                       "text/plain; version=0.0.4; charset=utf-8",
-                                       s.metrics.render(snap));
-    }
-  }
-  if (path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions") {
-    if (!authorized(s, req)) {
-      co_return co_await send_error(s, *c, req, route,
-                                    {ErrorKind::Unauthorized,
-                                     "missing or wrong API key (send 'Authorization: Bearer KEY')",
-                                     {}});
-    }
-  }
-  if (path == "/v1/models") {
-    if (!only(http::verb::get)) co_return co_await method_not_allowed(s, *c, req, route, path);
-    auto m = s.current_model();
-    if (!m) {
-      co_return co_await send_error(s, *c, req, route,
-                                    {ErrorKind::NotReady, "the model is still loading", {}});
-    }
-    co_return co_await send_response(s, *c, req, route, http::status::ok, "application/json",
-                                     models_body(*m));
-  }
-  if (path == "/v1/chat/completions" || path == "/v1/completions") {
-    if (method != http::verb::post) {
-      co_return co_await method_not_allowed(s, *c, req, route, path);
-    }
-    co_return co_await handle_completion(
-        s, c, req, path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion, route);
-  }
-  co_return co_await send_error(s, *c, req, route,
-                                {ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
+  Reply reply = simple_route(s, req, path);
+  co_return co_await send_reply(s, *c, req, route, reply);
 }
 
 // An oversized or malformed request: answer, then read and discard briefly so the client sees
@@ -140,7 +135,8 @@ asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError&
   Request dummy;
   dummy.version(11);
   dummy.keep_alive(false);
-  co_await send_error(s, c, dummy, "other", e);
+  Reply reply = error_reply(e);
+  co_await send_reply(s, c, dummy, "other", reply);
   boost::system::error_code ec;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   c.stream.expires_after(std::chrono::seconds(1));
@@ -154,32 +150,30 @@ asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError&
 
 }  // namespace
 
-asio::awaitable<bool> send_response(Server::Impl& s, Conn& c, const Request& req,
-                                    std::string_view route, http::status status,
-                                    std::string content_type, std::string body, int retry_after_s) {
-  http::response<http::string_body> res{status, req.version()};
+asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
+                                 std::string_view route, const Reply& reply) {
+  http::response<http::string_body> res{reply.status, req.version()};
   res.set(http::field::server, "ember");
-  res.set(http::field::content_type, content_type);
-  if (retry_after_s > 0) res.set(http::field::retry_after, std::to_string(retry_after_s));
+  res.set(http::field::content_type, reply.content_type);
+  if (reply.retry_after_s > 0) {
+    res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
+  }
   bool keep = req.keep_alive() && !s.is_draining;
   res.keep_alive(keep);
-  if (req.method() != http::verb::head) res.body() = std::move(body);
+  if (req.method() != http::verb::head) res.body() = reply.body;
   res.prepare_payload();
-  s.metrics.count_request(route, static_cast<int>(status));
+  s.metrics.count_request(route, static_cast<int>(reply.status));
   c.stream.expires_after(std::chrono::seconds(30));  // a client that never reads its answer
   auto [ec, n] = co_await http::async_write(c.stream, res, asio::as_tuple(asio::use_awaitable));
   c.stream.expires_never();
   co_return keep && !ec;
 }
 
-asio::awaitable<bool> send_error(Server::Impl& s, Conn& c, const Request& req,
-                                 std::string_view route, const ApiError& e) {
-  ErrorInfo info = error_info(e.kind);
-  co_return co_await send_response(s, c, req, route, static_cast<http::status>(info.status),
-                                   "application/json", error_body(e), info.retry_after_s);
-}
-
 asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint64_t conn_id) {
+  const ApiError too_large{
+      ErrorKind::BodyTooLarge,
+      fmt::format("request body is larger than the limit of {} bytes", s.opts.max_body_bytes),
+      {}};
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(64 * 1024);
@@ -191,19 +185,16 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
                                                     asio::as_tuple(asio::use_awaitable));
     c->idle = false;
     if (ec == http::error::body_limit) {
-      co_await reject_and_close(
-          s, *c,
-          {ErrorKind::BodyTooLarge,
-           fmt::format("request body is larger than the limit of {} bytes", s.opts.max_body_bytes),
-           {}});
+      co_await reject_and_close(s, *c, too_large);
       break;
     }
     if (ec) {
       // A malformed head gets a 400; end of stream, timeouts, resets and drain closes do not.
       if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
           ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        co_await reject_and_close(
-            s, *c, {ErrorKind::InvalidRequest, "malformed HTTP request: " + ec.message(), {}});
+        const ApiError malformed{
+            ErrorKind::InvalidRequest, "malformed HTTP request: " + ec.message(), {}};
+        co_await reject_and_close(s, *c, malformed);
       }
       break;  // end of stream, timeout, reset, or closed for the drain
     }
@@ -212,11 +203,7 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
       auto [bec, bn] =
           co_await http::async_read(c->stream, c->buf, parser, asio::as_tuple(asio::use_awaitable));
       if (bec == http::error::body_limit) {
-        co_await reject_and_close(s, *c,
-                                  {ErrorKind::BodyTooLarge,
-                                   fmt::format("request body is larger than the limit of {} bytes",
-                                               s.opts.max_body_bytes),
-                                   {}});
+        co_await reject_and_close(s, *c, too_large);
         break;
       }
       if (bec) break;

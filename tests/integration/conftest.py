@@ -1,0 +1,217 @@
+"""Integration tests for `ember serve`: the real binary, real sockets, real clients.
+
+Fixture models come from `ember fixture`. The big one generates slowly enough (~100 tokens/s on
+one thread) that a request with a large max_tokens is still in flight when a test acts on it.
+Tests synchronize on observable state (metrics, /ready), polled with bounded timeouts.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--ember", default=os.environ.get("EMBER_BIN", os.path.join(REPO, "build", "ember")),
+                     help="path to the ember binary")
+
+
+@pytest.fixture(scope="session")
+def ember(request):
+    path = request.config.getoption("--ember")
+    if not os.path.exists(path):
+        pytest.skip(f"ember binary not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def models(ember, tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    small = str(d / "small.gguf")
+    big = str(d / "big.gguf")
+    subprocess.run([ember, "fixture", "--arch", "llama", "--out", small], check=True,
+                   capture_output=True)
+    subprocess.run([ember, "fixture", "--arch", "llama", "--layers", "8", "--embd", "512",
+                    "--ff", "1536", "--heads", "8", "--kv-heads", "4", "--ctx", "4096",
+                    "--out", big], check=True, capture_output=True)
+    return {"small": small, "big": big}
+
+
+def wait_for(pred, timeout=10.0, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Server:
+    def __init__(self, ember, model, *args):
+        self.args = [ember, "serve", "--model", model, "--port", "0", "--threads", "1", *args]
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines = []
+        self.port = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        wait_for(lambda: self.port or self.proc.poll() is not None, 20, what="listening line")
+        if self.port is None:
+            raise AssertionError("ember serve exited: " + "".join(self.lines))
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace")
+            self.lines.append(line)
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    @property
+    def base(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout=30):
+        wait_for(lambda: request(self.port, "GET", "/ready")[0] == 200, timeout, what="/ready 200")
+
+    def metric(self, name, **labels):
+        status, _, body = request(self.port, "GET", "/metrics")
+        assert status == 200
+        return parse_metric(body.decode(), name, labels)
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=60):
+        return self.proc.wait(timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def parse_metric(text, name, labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    key = f"{name}{{{want}}}" if want else name
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        parts = line.rsplit(" ", 1)
+        if len(parts) == 2 and parts[0] == key:
+            return float(parts[1])
+    raise KeyError(key)
+
+
+@pytest.fixture
+def start_server(ember):
+    started = []
+
+    def start(model, *args, ready=True):
+        s = Server(ember, model, *args)
+        started.append(s)
+        if ready:
+            s.wait_ready()
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+# ---- a small raw HTTP/1.1 client (for byte-exact checks and the error cases) ----
+
+def connect(port, timeout=30):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    return s
+
+
+def send_request(sock, method, path, body=None, headers=None):
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    elif isinstance(body, str):
+        body = body.encode()
+    h = {"Host": "127.0.0.1", "Connection": "close"}
+    if body is not None:
+        h["Content-Type"] = "application/json"
+        h["Content-Length"] = str(len(body))
+    h.update(headers or {})
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+    sock.sendall(head.encode() + (body or b""))
+
+
+def read_all(sock):
+    chunks = []
+    while True:
+        try:
+            b = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    return b"".join(chunks)
+
+
+def parse_response(raw):
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers = {}
+    for l in lines[1:]:
+        k, _, v = l.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        rest = dechunk(rest)
+    return status, headers, rest
+
+
+def dechunk(data):
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2:]
+    return out
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    with connect(port, timeout) as s:
+        send_request(s, method, path, body, headers)
+        return parse_response(read_all(s))
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def assert_idle(pid, budget=0.05):
+    """The process used under `budget` of one core over the next second."""
+    before = cpu_seconds(pid)
+    t0 = time.monotonic()
+    time.sleep(1.0)  # a measurement window, not synchronization
+    used = cpu_seconds(pid) - before
+    elapsed = time.monotonic() - t0
+    assert used / elapsed < budget, f"server used {used:.3f}s CPU in {elapsed:.2f}s after cancel"
