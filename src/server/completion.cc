@@ -57,6 +57,7 @@ void arm_watch(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_pt
       return;
     }
     if (!w->stopping) {
+      log::debug("ember: client gone: {}", ec.message());
       w->client_gone = true;
       on_gone();
     }

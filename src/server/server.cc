@@ -79,7 +79,7 @@ void Server::Impl::start_drain() {
   }
   for (auto& c : live) {
     asio::post(c->stream.get_executor(), [c] {
-      if (c->idle) c->stream.cancel();  // an idle keep-alive connection: close it
+      if (c->idle && c->served > 0) c->stream.cancel();  // an idle keep-alive connection
     });
   }
   asio::co_spawn(control, drain_loop(), asio::detached);

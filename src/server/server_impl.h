@@ -34,7 +34,9 @@ struct Conn {
   explicit Conn(tcp::socket s) : stream(std::move(s)) {}
   beast::tcp_stream stream;
   beast::flat_buffer buf;  // unparsed bytes (also where the disconnect watcher reads to)
-  bool idle = true;        // waiting for the next request head: a drain may close it
+  bool idle = true;        // waiting for the next request head
+  int served = 0;          // requests answered; a drain closes idle connections with served > 0
+                           // (a new one is answered 503 instead: its client already committed)
 };
 
 struct Server::Impl {

@@ -217,6 +217,7 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
       log::error("ember: internal error on {}: {}", std::string_view(req.target()), e.what());
       keep = false;
     }
+    c->served++;
     if (!keep || s.is_draining) break;
   }
   boost::system::error_code ec;

@@ -133,6 +133,8 @@ def start_server(ember):
     yield start
     for s in started:
         s.stop()
+        print(f"--- ember serve (exit {s.proc.returncode}) stderr ---")
+        print("".join(s.lines))  # shown by pytest when the test failed
 
 
 # ---- a small raw HTTP/1.1 client (for byte-exact checks and the error cases) ----

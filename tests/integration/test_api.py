@@ -200,3 +200,11 @@ def test_metrics_pass_promtool(server):
     text = body.decode()
     assert 'ember_http_requests_total{route="/v1/chat/completions",status="200"} 1' in text
     assert "ember_time_to_first_token_seconds_count 1" in text
+
+
+def test_logprobs_are_reported_per_token(server):
+    r = client(server).chat.completions.create(messages=CHAT["messages"], model="default",
+                                               max_tokens=4, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in content)

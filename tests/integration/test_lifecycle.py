@@ -1,0 +1,154 @@
+"""Request lifecycle of `ember serve`: cancel on disconnect, drain, signals.
+
+Each cancellation test proves the work stopped: the cancellation metric, tokens generated well
+below max_tokens, and the server's CPU time over the next second under 5% of one core.
+"""
+import json
+import signal
+import threading
+
+import openai
+import pytest
+
+from conftest import (assert_idle, connect, parse_response, read_all, request, send_request,
+                      wait_for)
+
+LONG = 3000  # max_tokens no test lets finish
+
+
+@pytest.fixture
+def big(start_server, models):
+    return start_server(models["big"], "--ctx-size", "4096")
+
+
+def generated(s):
+    return s.metric("ember_generated_tokens_total")
+
+
+def test_client_leaving_mid_stream_stops_the_work(big):
+    c = openai.OpenAI(base_url=big.base + "/v1", api_key="x", max_retries=0)
+    stream = c.chat.completions.create(model="default", max_tokens=LONG, stream=True,
+                                       messages=[{"role": "user", "content": "go"}])
+    got = 0
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            got += 1
+            if got == 5:
+                break
+    stream.close()  # the client goes away mid-stream
+    wait_for(lambda: big.metric("ember_cancellations_total", cause="client") == 1,
+             what="client cancellation")
+    wait_for(lambda: big.metric("ember_active_sequences") == 0, what="no active sequence")
+    n = generated(big)
+    assert n < LONG / 4, f"{n} tokens generated for a client that left"
+    assert_idle(big.pid)
+    assert generated(big) == n
+
+
+def test_client_leaving_a_non_streaming_request_stops_the_work(big):
+    sock = connect(big.port)
+    send_request(sock, "POST", "/v1/completions",
+                 {"model": "default", "prompt": "go", "max_tokens": LONG})
+    wait_for(lambda: generated(big) >= 10, what="generation under way")
+    sock.close()  # nothing was written yet: only the socket watcher can notice
+    wait_for(lambda: big.metric("ember_cancellations_total", cause="client") == 1,
+             what="client cancellation")
+    wait_for(lambda: big.metric("ember_active_sequences") == 0, what="no active sequence")
+    n = generated(big)
+    assert n < LONG / 4
+    assert_idle(big.pid)
+    assert generated(big) == n
+
+
+def stream_raw(port, body, out, key):
+    with connect(port, timeout=120) as s:
+        send_request(s, "POST", "/v1/chat/completions", body)
+        out[key] = parse_response(read_all(s))
+
+
+def sse_payloads(body):
+    events = [e for e in body.split(b"\n\n") if e]
+    assert all(e.startswith(b"data: ") for e in events)
+    return [e[6:] for e in events]
+
+
+def test_drain_lets_three_streams_finish_with_done(start_server, models):
+    s = start_server(models["big"], "--drain-timeout", "60")
+    out = {}
+    body = {"model": "default", "stream": True, "max_tokens": 40,
+            "messages": [{"role": "user", "content": "go"}]}
+    threads = [threading.Thread(target=stream_raw, args=(s.port, body, out, i)) for i in range(3)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: s.metric("ember_in_flight_requests") == 3, what="three streams in flight")
+    s.signal(signal.SIGTERM)
+    for t in threads:
+        t.join(120)
+    assert s.wait_exit(60) == 0
+    for i in range(3):
+        status, _, raw = out[i]
+        assert status == 200
+        payloads = sse_payloads(raw)
+        assert payloads[-1] == b"[DONE]"
+        final = json.loads(payloads[-2])
+        assert final["choices"][0]["finish_reason"] == "length"
+        content = "".join(json.loads(p)["choices"][0]["delta"].get("content") or ""
+                          for p in payloads[:-1])
+        assert content
+
+
+def test_drain_deadline_ends_the_rest_honestly(start_server, models):
+    s = start_server(models["big"], "--drain-timeout", "1")
+    out = {}
+    stream_body = {"model": "default", "stream": True, "max_tokens": LONG,
+                   "messages": [{"role": "user", "content": "go"}]}
+    plain_body = {"model": "default", "max_tokens": LONG,
+                  "messages": [{"role": "user", "content": "go"}]}
+    threads = [threading.Thread(target=stream_raw, args=(s.port, stream_body, out, "stream")),
+               threading.Thread(target=stream_raw, args=(s.port, plain_body, out, "plain"))]
+    for t in threads:
+        t.start()
+    wait_for(lambda: s.metric("ember_in_flight_requests") == 2, what="two requests in flight")
+    idle = connect(s.port)  # an idle keep-alive connection (one answered request): closed
+    send_request(idle, "GET", "/health", headers={"Connection": "keep-alive"})
+    idle.settimeout(10)
+    head = b""
+    while b"}" not in head:
+        head += idle.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200")
+    s.signal(signal.SIGTERM)
+    wait_for(lambda: request(s.port, "GET", "/ready")[0] == 503, what="/ready 503")
+    status, hdrs, raw = request(s.port, "POST", "/v1/chat/completions", plain_body)
+    assert status == 503 and int(hdrs["retry-after"]) > 0
+    assert json.loads(raw)["error"]["code"] == "shutting_down"
+    assert idle.recv(1) == b""
+    for t in threads:
+        t.join(60)
+    assert s.wait_exit(60) == 0
+
+    status, _, raw = out["stream"]
+    assert status == 200
+    payloads = sse_payloads(raw)
+    assert payloads[-1] == b"[DONE]"
+    err = json.loads(payloads[-2])
+    assert err["error"]["code"] == "shutting_down"
+    final = json.loads(payloads[-3])
+    assert final["choices"][0]["finish_reason"] == "cancelled"  # never claims "stop"
+
+    status, _, raw = out["plain"]
+    assert status == 503  # nothing sent yet: an error body
+    assert json.loads(raw)["error"]["code"] == "shutting_down"
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_second_signal_exits_at_once(start_server, models, sig, code):
+    s = start_server(models["big"], "--drain-timeout", "60")
+    sock = connect(s.port)
+    send_request(sock, "POST", "/v1/completions",
+                 {"model": "default", "prompt": "go", "max_tokens": LONG})
+    wait_for(lambda: s.metric("ember_active_sequences") == 1, what="a request in flight")
+    s.signal(sig)
+    wait_for(lambda: request(s.port, "GET", "/ready")[0] == 503, what="draining")
+    s.signal(sig)
+    assert s.wait_exit(5) == code
+    sock.close()
