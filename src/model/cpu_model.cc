@@ -237,7 +237,9 @@ void CpuBackend::layer(int32_t il) {
 
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+// ifunc resolvers run before sanitizer runtimes are initialised, so sanitizer builds use the
+// default clone only.
 #define EMBER_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define EMBER_VECTOR_CLONES
