@@ -22,7 +22,8 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 DType vec_dot_type(DType weight);
 // Dot product of one weight row (type w) with one activation row already quantized to
-// vec_dot_type(w); n elements.
+// vec_dot_type(w); n elements. Rows (here and above) must be aligned for their element type
+// (4 bytes for F32 and Q8_K, 2 for the others), as GGUF data is; no vector alignment is needed.
 float vec_dot(DType w, int64_t n, const void* w_row, const void* act_row);
 
 // Scalar references, always available (tests compare the dispatched kernels to these).

@@ -12,7 +12,8 @@ namespace {
 
 using testing::random_floats;
 
-// Copies bytes to a buffer at `offset` bytes past a 64-byte boundary.
+// Copies bytes to a buffer at `offset` bytes past a 64-byte boundary (offsets are multiples of
+// the type's natural alignment: vector loads must cope with any of those).
 struct Misaligned {
   std::vector<uint8_t> storage;
   uint8_t* p;
@@ -92,8 +93,9 @@ TEST(QuantSimd, vec_dot_matches_the_reference_at_every_level_across_sizes_and_mi
         double mag = 0;
         for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(wd[i]) * ad[i]);
         const float want = ref::vec_dot(t, n, wq.data(), aq.data());
-        for (size_t off = 0; off < 8; ++off) {
-          Misaligned mw(wq, off), ma(aq, (off * 3) % 8);
+        for (size_t k = 0; k < 8; ++k) {
+          const size_t off = k * testing::natural_alignment(t);
+          Misaligned mw(wq, off), ma(aq, (k * 3) % 8 * testing::natural_alignment(at));
           const float got = vec_dot(t, n, mw.p, ma.p);
           ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
               << level << " " << dtype_name(t) << " n=" << n << " offset=" << off;
@@ -117,9 +119,10 @@ TEST(QuantSimd, activation_quantizers_are_bit_identical_to_the_reference_at_ever
           for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
         }
         if (blocks == 3) std::fill(x.begin(), x.begin() + std::min<int64_t>(n, 256), 0.0f);
-        std::vector<uint8_t> want(row_bytes(t, n)), got(row_bytes(t, n) + 8);
+        std::vector<uint8_t> want(row_bytes(t, n)), got(row_bytes(t, n) + 16);
         ref::quantize_row(t, x.data(), want.data(), n);
-        for (size_t off : {0, 1, 3}) {
+        for (size_t k : {0, 1, 3}) {
+          const size_t off = k * testing::natural_alignment(t);
           quantize_row(t, x.data(), got.data() + off, n);
           ASSERT_EQ(0, std::memcmp(got.data() + off, want.data(), want.size()))
               << level << " " << dtype_name(t) << " n=" << n << " offset=" << off;

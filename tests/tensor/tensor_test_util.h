@@ -30,6 +30,13 @@ inline std::vector<float> dequantized(DType t, const void* q, int64_t n) {
   return out;
 }
 
+// The alignment rows of t have in real data (GGUF aligns tensor data, and every block size keeps
+// the next block aligned): 4 bytes for F32 and Q8_K (float fields), 2 for the others. Kernels
+// may assume it (element loads); they must not assume more (vector loads are unaligned).
+inline size_t natural_alignment(DType t) {
+  return t == DType::F32 || t == DType::Q8_K ? 4 : 2;
+}
+
 // Weight types with a vec_dot kernel.
 inline const std::vector<DType>& weight_types() {
   static const std::vector<DType> v = {
