@@ -3,8 +3,9 @@
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
 // Run: build/kernels_bench [--benchmark_filter=Q4_K] [--benchmark_repetitions=5
 //      --benchmark_report_aggregates_only=true]
-// Counters: bytes_per_second (wall), tok/s (wall), cpu_GB/s (weight bytes per CPU second of the
-// calling thread; with a pool that is the caller's share only).
+// Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
+// divide the weight bytes by the CPU column instead (CPU time of the calling thread, which with
+// a pool runs chunks or waits for the others the whole time).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -48,9 +49,6 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(q.size()));
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens),
                                                benchmark::Counter::kIsRate);
-  state.counters["cpu_GB/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(q.size()) / 1e9,
-      benchmark::Counter::kIsRate);
 }
 
 struct Case {
