@@ -222,7 +222,8 @@ void CpuBackend::layer(int32_t il) {
   tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
   const int64_t n = T * cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
-    for (int64_t i = 0; i < n; ++i) gate_[i] = ops::gelu_tanh(gate_[i]) * up_[i];
+    const ops::GeluTable& gelu = ops::gelu_table();
+    for (int64_t i = 0; i < n; ++i) gate_[i] = gelu(gate_[i]) * up_[i];
   } else {
     for (int64_t i = 0; i < n; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
   }
@@ -237,7 +238,8 @@ void CpuBackend::layer(int32_t il) {
 
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 // ifunc resolvers run before sanitizer runtimes are initialised, so sanitizer builds use the
 // default clone only.
 #define EMBER_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))

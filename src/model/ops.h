@@ -26,6 +26,26 @@ inline float gelu_tanh(float x) {
   return x / (1.f + std::exp(-kTwoSqrt2OverPi * x * (1.f + 0.044715f * x * x)));
 }
 
+// GELU as llama.cpp's CPU backend computes it: the input rounded to half precision indexes a
+// 65536-entry table of half-precision results (inputs beyond +-10 pass through or give 0).
+// Matching the reference's rounding matters on small quantized models, where a difference in
+// the last bits of one activation can flip an 8-bit activation quantization downstream; it
+// is also faster than evaluating expf per element.
+class GeluTable {
+ public:
+  GeluTable();
+  float operator()(float x) const {
+    if (x <= -10.f) return 0.f;
+    if (x >= 10.f) return x;
+    return table_[half_bits(x)];
+  }
+
+ private:
+  static uint16_t half_bits(float x);
+  float table_[65536];
+};
+const GeluTable& gelu_table();
+
 // Rotates one head in place. cs/sn: [rope_dim / 2] cos and sin of each pair's angle.
 // neox: pairs are (i, i + rope_dim/2); otherwise (2i, 2i+1). Dimensions past rope_dim stay.
 inline void rope_head(float* x, const float* cs, const float* sn, int32_t rope_dim, bool neox) {
