@@ -196,8 +196,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         RefCase{"llama", tensor::DType::F32, false, 2e-3f},
         RefCase{"qwen3", tensor::DType::F32, true, 2e-3f},
-        RefCase{"gemma3", tensor::DType::F32, true, 2e-3f},
-        RefCase{"gemma3", tensor::DType::F32, false, 2e-3f},
+        // gemma3's GELU goes through a half-precision table, as llama.cpp's does; the naive
+        // reference evaluates it exactly, so the bound is a little wider there.
+        RefCase{"gemma3", tensor::DType::F32, true, 1e-2f},
+        RefCase{"gemma3", tensor::DType::F32, false, 1e-2f},
         // Activations are quantized to 8 bits before the integer dot products (logits span ~±25).
         RefCase{"llama", tensor::DType::Q8_0, false, 0.4f},
         RefCase{"qwen3", tensor::DType::Q4_K, false, 0.7f}),
