@@ -1,4 +1,5 @@
 #include "text/jinja/value.h"
+#include "text/unicode.h"
 
 #include <fmt/format.h>
 
@@ -417,20 +418,8 @@ std::string utf8_encode(std::u32string_view s) {
   for (char32_t cp : s) {
     if (cp >= 0xDC80 && cp <= 0xDCFF) {  // a byte that was not valid UTF-8 goes back as is
       out += static_cast<char>(cp - 0xDC00);
-    } else if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
     } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+      append_utf8(out, static_cast<uint32_t>(cp));
     }
   }
   return out;
