@@ -25,7 +25,7 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
 Server::Impl::Impl(ServerOptions o)
     : ioc(std::make_unique<asio::io_context>(std::max(1, o.io_threads))),
       opts(std::move(o)),
-      control(asio::make_strand(*ioc)),
+      control(std::in_place, asio::make_strand(*ioc)),
       progress(opts.stall_limit),
       drain(opts.drain_timeout, opts.cutoff_grace) {}
 
@@ -37,6 +37,7 @@ Server::Impl::~Impl() {
   }
   signals.reset();
   acceptor.reset();
+  control.reset();
   // Destroys pending coroutine frames while everything they reference is still alive.
   ioc.reset();
 }
@@ -82,11 +83,11 @@ void Server::Impl::start_drain() {
       if (c->idle && c->served > 0) c->stream.cancel();  // an idle keep-alive connection
     });
   }
-  asio::co_spawn(control, drain_loop(), asio::detached);
+  asio::co_spawn(*control, drain_loop(), asio::detached);
 }
 
 asio::awaitable<void> Server::Impl::drain_loop() {
-  asio::steady_timer timer(control);
+  asio::steady_timer timer(*control);
   for (;;) {
     auto step = drain.poll(Clock::now(), in_flight.load());
     if (step.cut_off) {
@@ -140,7 +141,7 @@ Result<uint16_t> Server::listen() {
   auto addr = asio::ip::make_address(s.opts.host, ec);
   if (ec) return fail("--host {}: not an IP address ({})", s.opts.host, ec.message());
   tcp::endpoint ep(addr, s.opts.port);
-  s.acceptor.emplace(s.control);
+  s.acceptor.emplace(*s.control);
   if (s.acceptor->open(ep.protocol(), ec); ec) return fail("socket: {}", ec.message());
   s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (s.acceptor->bind(ep, ec); ec) {
@@ -157,7 +158,7 @@ void Server::start() {
   EMBER_ASSERT(s.acceptor && s.acceptor->is_open());
   s.work.emplace(s.ioc->get_executor());
   if (s.opts.handle_signals) {
-    s.signals.emplace(s.control, SIGINT, SIGTERM);
+    s.signals.emplace(*s.control, SIGINT, SIGTERM);
     // Re-armed after each signal: the second one must be seen too.
     auto arm = std::make_shared<std::function<void()>>();
     *arm = [&s, arm] {
@@ -169,7 +170,7 @@ void Server::start() {
     };
     (*arm)();
   }
-  asio::co_spawn(s.control, s.accept_loop(), asio::detached);
+  asio::co_spawn(*s.control, s.accept_loop(), asio::detached);
   for (int i = 0; i < std::max(1, s.opts.io_threads); ++i) {
     s.threads.emplace_back([&s] { s.ioc->run(); });
   }
@@ -193,7 +194,7 @@ void Server::set_load_failed(std::string message) {
 
 void Server::begin_drain() {
   Impl* s = impl_.get();
-  asio::post(s->control, [s] { s->on_signal(SIGTERM); });
+  asio::post(*s->control, [s] { s->on_signal(SIGTERM); });
 }
 
 int Server::wait() {
@@ -204,7 +205,7 @@ int Server::wait() {
     s.done_cv.wait(lock, [&] { return s.exit_code.has_value(); });
     code = *s.exit_code;
   }
-  asio::post(s.control, [&s] {
+  asio::post(*s.control, [&s] {
     boost::system::error_code ec;
     if (s.acceptor) s.acceptor->close(ec);
     if (s.signals) s.signals->cancel(ec);

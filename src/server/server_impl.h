@@ -47,7 +47,9 @@ struct Server::Impl {
   std::unique_ptr<asio::io_context> ioc;
   ServerOptions opts;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  asio::strand<asio::io_context::executor_type> control;  // signals, drain loop, acceptor
+  // signals, drain loop, acceptor; optional so ~Impl can drop it before the io_context (a
+  // strand outliving its io_context locks a destroyed mutex: found by TSan)
+  std::optional<asio::strand<asio::io_context::executor_type>> control;
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
   std::vector<std::thread> threads;
