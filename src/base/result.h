@@ -27,7 +27,7 @@ Error fail(fmt::format_string<Args...> f, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}   // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return v_.index() == 0; }
@@ -80,12 +80,12 @@ using Status = Result<void>;
 #define EMBER_CONCAT_INNER(a, b) a##b
 #define EMBER_CONCAT(a, b) EMBER_CONCAT_INNER(a, b)
 #define EMBER_TRY(decl, expr) EMBER_TRY_IMPL(EMBER_CONCAT(_ember_r_, __LINE__), decl, expr)
-#define EMBER_TRY_IMPL(tmp, decl, expr)   \
-  auto tmp = (expr);                      \
-  if (!tmp.ok()) return tmp.error();      \
+#define EMBER_TRY_IMPL(tmp, decl, expr) \
+  auto tmp = (expr);                    \
+  if (!tmp.ok()) return tmp.error();    \
   decl = std::move(tmp).value()
-#define EMBER_TRY_STATUS(expr)                               \
-  do {                                                       \
-    auto _ember_s = (expr);                                  \
-    if (!_ember_s.ok()) return _ember_s.error();             \
+#define EMBER_TRY_STATUS(expr)                   \
+  do {                                           \
+    auto _ember_s = (expr);                      \
+    if (!_ember_s.ok()) return _ember_s.error(); \
   } while (0)

@@ -3,10 +3,10 @@
 // Text streams to stdout as it is generated; the summary line goes to stderr.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <iostream>
 #include <random>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -57,8 +57,8 @@ Result<Loaded> load(const RunOptions& o) {
   engine::EngineOptions eo;
   eo.max_sequences = 1;
   eo.eog_tokens = eog;
-  auto eng = std::make_unique<engine::Engine>(std::shared_ptr<model::Backend>(std::move(backend)),
-                                              eo);
+  auto eng =
+      std::make_unique<engine::Engine>(std::shared_ptr<model::Backend>(std::move(backend)), eo);
   return Loaded{shared, std::move(tok), std::move(eng)};
 }
 
@@ -103,7 +103,8 @@ Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const Ru
 
 void print_summary(const engine::DoneEvent& d) {
   const auto& u = d.usage;
-  double prefill_tps = d.timings.prefill_ms > 0 ? u.prompt_tokens * 1000.0 / d.timings.prefill_ms : 0;
+  double prefill_tps =
+      d.timings.prefill_ms > 0 ? u.prompt_tokens * 1000.0 / d.timings.prefill_ms : 0;
   int32_t decoded = u.completion_tokens > 1 ? u.completion_tokens - 1 : 0;
   double decode_tps = d.timings.decode_ms > 0 ? decoded * 1000.0 / d.timings.decode_ms : 0;
   std::fprintf(stderr,
@@ -119,8 +120,9 @@ int run_chat(Loaded& m, const RunOptions& o, uint64_t seed) {
   if (source.empty()) {
     auto builtin = text::builtin_template(m.engine->model_config().arch_name);
     if (!builtin) {
-      std::fprintf(stderr, "ember run: the model has no chat template and ember has none built "
-                           "in for architecture '%s'\n",
+      std::fprintf(stderr,
+                   "ember run: the model has no chat template and ember has none built "
+                   "in for architecture '%s'\n",
                    m.engine->model_config().arch_name.c_str());
       return 1;
     }
