@@ -53,6 +53,29 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
     });
     return;
   }
+  constexpr int64_t kMinChunkBytes = 64 << 10;
+  if (g.packed != nullptr && n_tokens >= g.pack_min_tokens) {
+    // Blocks of g.pack_rows rows, unpacked once into this thread's scratch, then dotted against
+    // every token (activations from L2, the packed rows from L1).
+    const int64_t pr = g.pack_rows;
+    const int64_t blocks = (rows + pr - 1) / pr;
+    const size_t pb = g.pack_bytes(cols);
+    const int64_t block_work = pr * static_cast<int64_t>(w_row_bytes) * n_tokens;
+    const int64_t min_blocks =
+        std::max<int64_t>(1, kMinChunkBytes / std::max<int64_t>(1, block_work));
+    pool.parallel_for(blocks, min_blocks, [&](int64_t i0, int64_t i1) {
+      thread_local std::vector<uint8_t> packed;
+      if (packed.size() < pb) packed.resize(pb);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t r = i * pr;
+        const int nr = static_cast<int>(std::min(pr, rows - r));
+        g.pack(cols, wb + static_cast<size_t>(r) * w_row_bytes, w_row_bytes, nr, packed.data());
+        g.packed(cols, packed.data(), nr, a, a_row_bytes, n_tokens, y + r,
+                 static_cast<size_t>(rows));
+      }
+    });
+    return;
+  }
   // Tiles of g.max_rows weight rows x g.max_tokens tokens; a thread takes whole row tiles and
   // runs every token tile over them, so its weight rows stay in L1 while the activations (a
   // few KB per token) come from L2.
@@ -61,7 +84,6 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
   // A chunk streams at least kMinChunkBytes of weights (times tokens): handing a thread less
   // costs more in wake-up and cache traffic than it saves (a 640x256 Q8_0 decode matmul is
   // ~174 KB, a few microseconds).
-  constexpr int64_t kMinChunkBytes = 64 << 10;
   const int64_t tile_work = mr * static_cast<int64_t>(w_row_bytes) * n_tokens;
   const int64_t min_tiles = std::max<int64_t>(1, kMinChunkBytes / std::max<int64_t>(1, tile_work));
   pool.parallel_for(row_tiles, min_tiles, [&](int64_t i0, int64_t i1) {

@@ -17,12 +17,25 @@ constexpr size_t kTypeSlots = 31;
 // r < nr <= max_rows, t < nt <= max_tokens (activations already quantized to vec_dot_type).
 using GemmTile = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, const uint8_t* a,
                           size_t a_stride, int nt, float* y, size_t y_stride);
+// Optional path for many tokens (prefill): pack(n, w, w_stride, nr, buf) unpacks nr <= pack_rows
+// weight rows once into buf (pack_bytes(n) bytes, any alignment), then packed(n, buf, nr, a,
+// a_stride, nt, y, y_stride) dots every one of nt tokens against them, with the same result
+// contract as a tile. Unpacking once per row block instead of once per few tokens is what makes
+// it cheaper than the tiles.
+using PackFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, uint8_t* buf);
+using PackedTile = void (*)(int64_t n, const uint8_t* buf, int nr, const uint8_t* a,
+                            size_t a_stride, int64_t nt, float* y, size_t y_stride);
 // With nt == 1 a tile may also take up to decode_rows (>= max_rows) rows.
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
   int max_tokens = 0;
   int decode_rows = 0;
+  PackFn pack = nullptr;  // with packed and pack_bytes, or all three null
+  PackedTile packed = nullptr;
+  size_t (*pack_bytes)(int64_t n) = nullptr;
+  int pack_rows = 0;
+  int pack_min_tokens = 0;  // below this, the plain tiles
 };
 
 struct KernelOverrides {

@@ -26,8 +26,8 @@ int64_t cols_for(DType t) {
 
 // y[t][r] must equal ref::vec_dot(W row r, quantized x row t) up to float summation order.
 void expect_matmul_equals_reference_dots(DType t, int64_t rows, int64_t n_tokens, size_t offset,
-                                         ThreadPool& pool) {
-  const int64_t cols = cols_for(t);
+                                         ThreadPool& pool, int64_t cols = 0) {
+  if (cols == 0) cols = cols_for(t);
   const DType at = vec_dot_type(t);
   const size_t wrb = row_bytes(t, cols), arb = row_bytes(at, cols);
   std::vector<uint8_t> storage(wrb * static_cast<size_t>(rows) + 64 + offset);
@@ -68,6 +68,22 @@ TEST(Gemm, matmul_equals_per_row_reference_dots_at_every_level_type_and_tile_edg
         for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 9}) {
           expect_matmul_equals_reference_dots(t, rows, n_tokens, 0, pool);
         }
+      }
+    }
+  }
+}
+
+// Prefill-sized calls take the packed path where a level has one (rows packed once in blocks,
+// blocks paired in wide vectors): even and odd block counts, a partial last row block, an odd
+// token count.
+TEST(Gemm, many_token_matmul_equals_reference_dots_for_even_and_odd_block_counts) {
+  RestoreBestLevel restore;
+  ThreadPool pool(2);
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_0}) {
+      for (int64_t blocks : {1, 2, 5, 20}) {
+        expect_matmul_equals_reference_dots(t, 37, 11, 0, pool, blocks * block_elems(t));
       }
     }
   }
