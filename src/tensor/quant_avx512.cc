@@ -52,46 +52,39 @@ struct IsaAvx512Vnni {
 // ---- packed legacy tiles for prefill ----
 // The 256-bit tiles above unpack every weight block once per 4 tokens, and spend a convert, a
 // multiply and an FMA per (row, token, block). Here a block of kPackRows rows is unpacked once
-// for all tokens, two 32-element blocks side by side in one 512-bit vector, so the per-(row,
-// token) work covers two blocks at a time.
-// Packed layout, per pair j of blocks (2j, 2j+1): kPackRows vectors of 64 unsigned levels (row
-// r at r * 64), then kPackRows vectors of 16 floats (8 x d of block 2j, 8 x d of block 2j+1).
-// A trailing odd block has a zero upper half (levels and scale), so it adds exactly 0.
+// for all tokens, and two tokens share each 512-bit vector (token t in the low half, t + 1 in
+// the high half, the weight block repeated in both), so that work covers two tokens at a time.
+// Each half computes exactly what the 256-bit tile computes for its (row, token), in the same
+// order, so the packed path's results are bit-identical to the tiles' (the parity tests against
+// llama.cpp on the real model are sensitive to the last bit of an activation).
+// Packed layout, per block i: kPackRows x 32 unsigned levels, then kPackRows float scales.
 constexpr int kPackRows = 8;
-constexpr size_t kPairBytes = kPackRows * 128;
-
-int64_t pairs_of(int64_t n) {
-  return (n / kQK + 1) / 2;
-}
+constexpr size_t kBlockBytes = kPackRows * (32 + sizeof(float));
 
 size_t legacy_pack_bytes(int64_t n) {
-  return static_cast<size_t>(pairs_of(n)) * kPairBytes;
+  return static_cast<size_t>(n / kQK) * kBlockBytes;
 }
 
 template <class U>
 void legacy_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   using B = typename U::Block;
-  const int64_t nb = n / kQK;
-  for (int64_t j = 0; j < pairs_of(n); ++j) {
-    uint8_t* base = buf + j * kPairBytes;
-    const bool two = 2 * j + 1 < nb;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    uint8_t* base = buf + i * kBlockBytes;
     for (int r = 0; r < nr; ++r) {
-      const B* b = reinterpret_cast<const B*>(w + r * ws) + 2 * j;
-      const __m256i lo = U::template levels<IsaAvx512Vnni>(b[0]);
-      const __m256i hi = two ? U::template levels<IsaAvx512Vnni>(b[1]) : _mm256_setzero_si256();
-      _mm512_storeu_si512(base + r * 64, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-      const __m256 dhi = two ? _mm256_set1_ps(h2f(b[1].d)) : _mm256_setzero_ps();
-      _mm512_storeu_ps(base + (kPackRows + r) * 64,
-                       _mm512_insertf32x8(_mm512_set1_ps(h2f(b[0].d)), dhi, 1));
+      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + r * 32),
+                          U::template levels<IsaAvx512Vnni>(b));
+      const float d = h2f(b.d);
+      __builtin_memcpy(base + kPackRows * 32 + r * sizeof(float), &d, sizeof(float));
     }
   }
 }
 
-// R packed rows x T tokens, accumulators in registers: 16 zmm for 8 x 2.
-template <class U, int R, int T>
+// R packed rows x 2T tokens (T pairs), accumulators in registers: 16 zmm for 8 x 2 pairs. With
+// odd = true the last pair has only its low token (the high half computes zeros, never stored).
+template <class U, int R, int T, bool kOdd>
 void legacy_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, float* y,
                       size_t ys) {
-  const int64_t nb = n / kQK;
   __m512 acc[R][T];
   EMBER_UNROLL
   for (auto& row : acc) {
@@ -100,25 +93,30 @@ void legacy_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as
   }
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(U::kOffset));
   const __m512i zero = _mm512_setzero_si512();
-  for (int64_t j = 0; j < pairs_of(n); ++j) {
-    const uint8_t* base = buf + j * kPairBytes;
-    const bool two = 2 * j + 1 < nb;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const uint8_t* base = buf + i * kBlockBytes;
     __m512i qy[T], neg[T];
     __m512 dy[T];
     EMBER_UNROLL
     for (int t = 0; t < T; ++t) {
-      const BlockQ8_0* yb = reinterpret_cast<const BlockQ8_0*>(a + t * as) + 2 * j;
-      const __m256i qhi = two ? load256(yb[1].qs) : _mm256_setzero_si256();
-      qy[t] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(yb[0].qs)), qhi, 1);
-      const __m256 dhi = two ? _mm256_set1_ps(h2f(yb[1].d)) : _mm256_setzero_ps();
-      dy[t] = _mm512_insertf32x8(_mm512_set1_ps(h2f(yb[0].d)), dhi, 1);
+      const BlockQ8_0& y0 = reinterpret_cast<const BlockQ8_0*>(a + 2 * t * as)[i];
+      const bool single = kOdd && t == T - 1;
+      const BlockQ8_0* y1 =
+          single ? nullptr : reinterpret_cast<const BlockQ8_0*>(a + (2 * t + 1) * as) + i;
+      const __m256i qhi = single ? _mm256_setzero_si256() : load256(y1->qs);
+      qy[t] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(y0.qs)), qhi, 1);
+      const __m256 dhi = single ? _mm256_setzero_ps() : _mm256_set1_ps(h2f(y1->d));
+      dy[t] = _mm512_insertf32x8(_mm512_set1_ps(h2f(y0.d)), dhi, 1);
       // sum(q * y) = sum(u * y) - kOffset * sum(y), as in tile_legacy_u
       neg[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, qy[t]));
     }
     EMBER_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m512i ux = _mm512_loadu_si512(base + r * 64);
-      const __m512 dx = _mm512_loadu_ps(base + (kPackRows + r) * 64);
+      const __m512i ux = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * 32)));
+      float d;
+      __builtin_memcpy(&d, base + kPackRows * 32 + r * sizeof(float), sizeof(float));
+      const __m512 dx = _mm512_set1_ps(d);
       EMBER_UNROLL
       for (int t = 0; t < T; ++t) {
         const __m512i p = _mm512_dpbusd_epi32(neg[t], ux, qy[t]);
@@ -129,7 +127,12 @@ void legacy_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as
   EMBER_UNROLL
   for (int r = 0; r < R; ++r) {
     EMBER_UNROLL
-    for (int t = 0; t < T; ++t) y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < T; ++t) {
+      y[2 * t * ys + r] = tile_hsum(_mm512_castps512_ps256(acc[r][t]));
+      if (!(kOdd && t == T - 1)) {
+        y[(2 * t + 1) * ys + r] = tile_hsum(_mm512_extractf32x8_ps(acc[r][t], 1));
+      }
+    }
   }
 }
 
@@ -137,8 +140,22 @@ template <class U, int R>
 void legacy_packed_rows(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, int64_t nt,
                         float* y, size_t ys) {
   int64_t t = 0;
-  for (; t + 2 <= nt; t += 2) legacy_packed_rt<U, R, 2>(n, buf, a + t * as, as, y + t * ys, ys);
-  if (t < nt) legacy_packed_rt<U, R, 1>(n, buf, a + t * as, as, y + t * ys, ys);
+  for (; t + 4 <= nt; t += 4) {
+    legacy_packed_rt<U, R, 2, false>(n, buf, a + t * as, as, y + t * ys, ys);
+  }
+  switch (nt - t) {
+    case 3:
+      legacy_packed_rt<U, R, 2, true>(n, buf, a + t * as, as, y + t * ys, ys);
+      break;
+    case 2:
+      legacy_packed_rt<U, R, 1, false>(n, buf, a + t * as, as, y + t * ys, ys);
+      break;
+    case 1:
+      legacy_packed_rt<U, R, 1, true>(n, buf, a + t * as, as, y + t * ys, ys);
+      break;
+    default:
+      break;
+  }
 }
 
 using PackedRowsFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, int64_t, float*,

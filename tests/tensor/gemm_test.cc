@@ -89,6 +89,30 @@ TEST(Gemm, many_token_matmul_equals_reference_dots_for_even_and_odd_block_counts
   }
 }
 
+// Prefill and decode must not drift apart: a token's outputs from a many-token call equal, bit
+// for bit, those of a call with that token alone (the real model amplifies a last-bit change
+// in one activation; see the parity tests).
+TEST(Gemm, many_token_matmul_is_bit_identical_to_single_token_matmuls) {
+  ThreadPool pool(2);
+  const int64_t rows = 21, cols = 640, n_tokens = 11;
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_0}) {
+    std::vector<uint8_t> wq(row_bytes(t, cols) * rows);
+    const auto wf = random_floats(rows * cols, 9);
+    for (int64_t r = 0; r < rows; ++r) {
+      ref::quantize_row(t, wf.data() + r * cols, wq.data() + r * row_bytes(t, cols), cols);
+    }
+    const auto x = random_floats(n_tokens * cols, 10);
+    std::vector<float> all(rows * n_tokens), one(rows);
+    matmul(Matrix{t, rows, cols, wq.data()}, x.data(), n_tokens, all.data(), pool);
+    for (int64_t k = 0; k < n_tokens; ++k) {
+      matmul(Matrix{t, rows, cols, wq.data()}, x.data() + k * cols, 1, one.data(), pool);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(all[k * rows + r], one[r]) << dtype_name(t) << " t=" << k << " r=" << r;
+      }
+    }
+  }
+}
+
 // Misaligned for vectors (not 32/64-byte aligned), naturally aligned for elements, as GGUF rows
 // are.
 TEST(Gemm, matmul_reads_vector_misaligned_weights_correctly_at_every_level) {
