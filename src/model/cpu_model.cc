@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "model/attention.h"
 #include "model/ops.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
@@ -178,13 +179,21 @@ void CpuBackend::rope_tables() {
   if (cfg_.sliding_window > 0) fill(cfg_.rope_base_local, 1.f, cos_l_.data(), sin_l_.data());
 }
 
+// Element-wise work runs across the pool too, by tokens: at prefill sizes it is a tenth of a
+// step when run serially. kRowsPerChunk keeps small (decode) steps on the caller.
 void CpuBackend::layer(int32_t il) {
   const LayerWeights& l = w_.layers[il];
   const int64_t T = n_tok_;
   const int32_t E = cfg_.n_embd, hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
   const float eps = cfg_.norm_eps;
+  constexpr int64_t kRowsPerChunk = 4;
+  auto per_token = [&](auto&& fn) {
+    pool_.parallel_for(T, kRowsPerChunk, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) fn(t);
+    });
+  };
 
-  for (int64_t t = 0; t < T; ++t) ops::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps);
+  per_token([&](int64_t t) { ops::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps); });
   tensor::matmul(l.wq, xn_.data(), T, q_.data(), pool_);
   tensor::matmul(l.wk, xn_.data(), T, k_.data(), pool_);
   tensor::matmul(l.wv, xn_.data(), T, v_.data(), pool_);
@@ -192,7 +201,7 @@ void CpuBackend::layer(int32_t il) {
   const bool local = cfg_.is_sliding(il);
   const float* cs = local ? cos_l_.data() : cos_g_.data();
   const float* sn = local ? sin_l_.data() : sin_g_.data();
-  for (int64_t t = 0; t < T; ++t) {
+  per_token([&](int64_t t) {
     for (int32_t h = 0; h < cfg_.n_head; ++h) {
       float* q = &q_[t * q_dim_ + h * hd];
       if (l.q_norm) ops::rms_norm(q, l.q_norm, q, hd, eps);
@@ -203,112 +212,65 @@ void CpuBackend::layer(int32_t il) {
       if (l.k_norm) ops::rms_norm(k, l.k_norm, k, hd, eps);
       ops::rope_head(k, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
     }
-    CpuSequence* seq = seqs_[tok_item_[t]];
+    CpuSequence* seq = seqs_[tok_item_[t]];  // each token writes its own cache position
     std::memcpy(seq->k(il, tok_pos_[t]), &k_[t * kv_dim_], kv_dim_ * sizeof(float));
     std::memcpy(seq->v(il, tok_pos_[t]), &v_[t * kv_dim_], kv_dim_ * sizeof(float));
-  }
+  });
 
   attention(il);
   tensor::matmul(l.wo, attn_.data(), T, o_.data(), pool_);
-  for (int64_t t = 0; t < T; ++t) {
+  per_token([&](int64_t t) {
     float* o = &o_[t * E];
     if (l.post_attn_norm) ops::rms_norm(o, l.post_attn_norm, o, E, eps);
     float* x = &x_[t * E];
     for (int32_t e = 0; e < E; ++e) x[e] += o[e];
     ops::rms_norm(x, l.ffn_norm, &xn_[t * E], E, eps);
-  }
+  });
 
   tensor::matmul(l.w_gate, xn_.data(), T, gate_.data(), pool_);
   tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
-  const int64_t n = T * cfg_.n_ff;
+  const int64_t F = cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
-    const ops::GeluTable& gelu = ops::gelu_table();
-    for (int64_t i = 0; i < n; ++i) gate_[i] = gelu(gate_[i]) * up_[i];
+    per_token([&](int64_t t) { ops::gelu_mul(&gate_[t * F], &up_[t * F], F); });
   } else {
-    for (int64_t i = 0; i < n; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
+    per_token([&](int64_t t) {
+      for (int64_t i = t * F; i < (t + 1) * F; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
+    });
   }
   tensor::matmul(l.w_down, gate_.data(), T, o_.data(), pool_);
-  for (int64_t t = 0; t < T; ++t) {
+  per_token([&](int64_t t) {
     float* o = &o_[t * E];
     if (l.post_ffn_norm) ops::rms_norm(o, l.post_ffn_norm, o, E, eps);
     float* x = &x_[t * E];
     for (int32_t e = 0; e < E; ++e) x[e] += o[e];
-  }
+  });
 }
 
-namespace {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-// ifunc resolvers run before sanitizer runtimes are initialised, so sanitizer builds use the
-// default clone only.
-#define EMBER_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EMBER_VECTOR_CLONES
-#endif
-
-// One query against n cached positions (rows `stride` floats apart): softmax(q.K * scale).V
-// into out[hd]. scores: n floats of scratch. Eight partial sums let the compiler vectorize the
-// dot product without reassociating; the clone for x86-64-v3 gets 8-wide AVX2 + FMA.
-EMBER_VECTOR_CLONES
-void attend_one(const float* __restrict q, const float* __restrict k, const float* __restrict v,
-                int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
-                float* __restrict out) {
-  float mx = -INFINITY;
-  for (int32_t p = 0; p < n; ++p) {
-    const float* kp = k + p * stride;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int32_t d = 0;
-    for (; d + 8 <= hd; d += 8) {
-      for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
-    }
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < hd; ++d) s += q[d] * kp[d];
-    scores[p] = s * scale;
-    mx = std::max(mx, scores[p]);
-  }
-  float sum = 0;
-  for (int32_t p = 0; p < n; ++p) {
-    scores[p] = std::exp(scores[p] - mx);
-    sum += scores[p];
-  }
-  std::fill(out, out + hd, 0.f);
-  const float inv = 1.f / sum;
-  for (int32_t p = 0; p < n; ++p) {
-    const float w = scores[p] * inv;
-    const float* vp = v + p * stride;
-    int32_t d = 0;
-    for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
-      for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
-    }
-    for (; d < hd; ++d) out[d] += w * vp[d];
-  }
-}
-
-}  // namespace
-
-// Causal attention of every (token, head) pair over its own sequence's cache, which already
-// holds this chunk's keys and values. Work is split over (token, head) pairs.
+// Causal attention of every token over its own sequence's cache, which already holds this
+// chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
+// share the keys, the values and the causal range, so they run together (ops::attend_group).
 void CpuBackend::attention(int32_t il) {
   const int32_t hd = cfg_.head_dim;
   const int32_t group = cfg_.n_head / cfg_.n_head_kv;
   const float scale =
       cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
-  pool_.parallel_for(n_tok_ * cfg_.n_head, [&](int64_t begin, int64_t end) {
+  pool_.parallel_for(n_tok_ * cfg_.n_head_kv, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / cfg_.n_head;
-      const int32_t h = static_cast<int32_t>(task % cfg_.n_head);
-      const int32_t kvh = h / group;
+      const int64_t t = task / cfg_.n_head_kv;
+      const int32_t kvh = static_cast<int32_t>(task % cfg_.n_head_kv);
       CpuSequence* seq = seqs_[tok_item_[t]];
       const int32_t pos = tok_pos_[t];
       // llama.cpp's standard sliding window: key p is visible from pos when pos - p < window.
       const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
       const int32_t n = pos - lo + 1;
-      if (scores.size() < static_cast<size_t>(n)) scores.resize(n);
-      attend_one(&q_[t * q_dim_ + h * hd], seq->k(il, lo) + kvh * hd, seq->v(il, lo) + kvh * hd,
-                 kv_dim_, n, hd, scale, scores.data(), &attn_[t * q_dim_ + h * hd]);
+      const size_t need = static_cast<size_t>(n) * static_cast<size_t>(group);
+      if (scores.size() < need) scores.resize(need);
+      const int64_t h0 = int64_t{kvh} * group * hd;
+      ops::attend_group(&q_[t * q_dim_ + h0], hd, group, seq->k(il, lo) + kvh * hd,
+                        seq->v(il, lo) + kvh * hd, kv_dim_, n, hd, scale, scores.data(),
+                        &attn_[t * q_dim_ + h0], hd);
     }
   });
 }

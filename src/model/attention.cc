@@ -1,0 +1,203 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace ember::model::ops {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
+// ifunc resolvers run before sanitizer runtimes are initialised, so sanitizer builds use the
+// default clone only.
+#define EMBER_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define EMBER_VECTOR_CLONES
+#endif
+
+// Eight partial sums let the compiler vectorize the dot product without reassociating; the
+// clone for x86-64-v3 gets 8-wide AVX2.
+EMBER_VECTOR_CLONES
+void attend_one(const float* __restrict q, const float* __restrict k, const float* __restrict v,
+                int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
+                float* __restrict out) {
+  float mx = -INFINITY;
+  for (int32_t p = 0; p < n; ++p) {
+    const float* kp = k + p * stride;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
+    }
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; d < hd; ++d) s += q[d] * kp[d];
+    scores[p] = s * scale;
+    mx = std::max(mx, scores[p]);
+  }
+  float sum = 0;
+  for (int32_t p = 0; p < n; ++p) {
+    scores[p] = std::exp(scores[p] - mx);
+    sum += scores[p];
+  }
+  std::fill(out, out + hd, 0.f);
+  const float inv = 1.f / sum;
+  for (int32_t p = 0; p < n; ++p) {
+    const float w = scores[p] * inv;
+    const float* vp = v + p * stride;
+    int32_t d = 0;
+    for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
+      for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
+    }
+    for (; d < hd; ++d) out[d] += w * vp[d];
+  }
+}
+
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define EMBER_HAVE_AVX2_ATTENTION 1
+// Loops over queries and chunks must unroll, or the accumulators live on the stack.
+#define EMBER_UNROLL _Pragma("GCC unroll 8")
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// The reference's combination of its eight partial sums: ((0+4)+(1+5)) + ((2+6)+(3+7)).
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  const __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_hadd_ps(x, x);
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// Up to four queries (NQ) at once: each 8-float chunk of a key row is loaded once for all of
+// them, two keys per pass. Lane j of a query's accumulator sums dimensions j mod 8, as the
+// reference's partial sums do. hd % 32 == 0.
+template <int NQ>
+__attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, const float* k,
+                                                const float* v, int64_t stride, int32_t n,
+                                                int32_t hd, float scale, float* scores, float* out,
+                                                int64_t os) {
+  float mx[NQ];
+  EMBER_UNROLL
+  for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
+  int32_t p = 0;
+  for (; p + 2 <= n; p += 2) {
+    const float* k0 = k + p * stride;
+    const float* k1 = k0 + stride;
+    __m256 a0[NQ], a1[NQ];
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d += 8) {
+      const __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) {
+        const __m256 qv = _mm256_loadu_ps(q + g * qs + d);
+        a0[g] = _mm256_fmadd_ps(qv, kv0, a0[g]);
+        a1[g] = _mm256_fmadd_ps(qv, kv1, a1[g]);
+      }
+    }
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) {
+      const float s0 = hsum8(a0[g]) * scale, s1 = hsum8(a1[g]) * scale;
+      scores[g * n + p] = s0;
+      scores[g * n + p + 1] = s1;
+      mx[g] = std::max(mx[g], std::max(s0, s1));
+    }
+  }
+  for (; p < n; ++p) {
+    const float* k0 = k + p * stride;
+    __m256 a0[NQ];
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) a0[g] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d += 8) {
+      const __m256 kv0 = _mm256_loadu_ps(k0 + d);
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) {
+        a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * qs + d), kv0, a0[g]);
+      }
+    }
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) {
+      scores[g * n + p] = hsum8(a0[g]) * scale;
+      mx[g] = std::max(mx[g], scores[g * n + p]);
+    }
+  }
+  EMBER_UNROLL
+  for (int g = 0; g < NQ; ++g) {
+    float* sc = scores + g * n;
+    float sum = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      sc[i] = std::exp(sc[i] - mx[g]);
+      sum += sc[i];
+    }
+    const float inv = 1.f / sum;
+    for (int32_t i = 0; i < n; ++i) sc[i] *= inv;
+  }
+  // out = weights . V, 32 output floats per query per pass, V rows read once for all queries.
+  for (int32_t d = 0; d < hd; d += 32) {
+    __m256 acc[NQ][4];
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) EMBER_UNROLL
+    for (auto& a : acc[g]) a = _mm256_setzero_ps();
+    for (int32_t i = 0; i < n; ++i) {
+      const float* vp = v + i * stride + d;
+      const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+      const __m256 v2 = _mm256_loadu_ps(vp + 16), v3 = _mm256_loadu_ps(vp + 24);
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) {
+        const __m256 w = _mm256_broadcast_ss(scores + g * n + i);
+        acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
+        acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
+        acc[g][2] = _mm256_fmadd_ps(w, v2, acc[g][2]);
+        acc[g][3] = _mm256_fmadd_ps(w, v3, acc[g][3]);
+      }
+    }
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) {
+      float* o = out + g * os + d;
+      EMBER_UNROLL
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + 8 * j, acc[g][j]);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
+                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+                  int64_t out_stride) {
+#ifdef EMBER_HAVE_AVX2_ATTENTION
+  if (hd % 32 == 0 && cpu_has_avx2_fma()) {
+    for (int32_t g = 0; g < nq; g += 4) {
+      const float* qg = q + g * q_stride;
+      float* og = out + g * out_stride;
+      switch (std::min(4, nq - g)) {
+        case 4:
+          group4<4>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          break;
+        case 3:
+          group4<3>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          break;
+        case 2:
+          group4<2>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          break;
+        default:
+          group4<1>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          break;
+      }
+    }
+    return;
+  }
+#endif
+  for (int32_t g = 0; g < nq; ++g) {
+    attend_one(q + g * q_stride, k, v, kv_stride, n, hd, scale, scores, out + g * out_stride);
+  }
+}
+
+}  // namespace ember::model::ops
