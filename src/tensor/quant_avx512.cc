@@ -183,6 +183,165 @@ void add_packed(KernelOverrides* o, DType t) {
   g.pack_min_tokens = 4;  // from 4 tokens on, one unpack already pays for itself
 }
 
+// ---- packed K-quant tiles for prefill (Q4_K, Q6_K) ----
+// As the legacy path above: a block of kKPackRows rows is unpacked once (levels, per-lane int16
+// scales, min factors, d, dmin: everything tile_k's U::unpack produces) for all tokens, and two
+// tokens share each 512-bit vector. Each half computes exactly what tile_k computes for its
+// (row, token) in the same order (integer sums are exact; the float ops per lane are the same
+// fmsub / mul / fmadd), so the results are bit-identical to the tiles'.
+// Packed layout, per super-block i and row r (kKRowBytes each, rows consecutive): 8 x 32 levels,
+// 8 x 16 int16 scales, 16 int16 min factors, then d and dmin as floats.
+constexpr int kKPackRows = 4;
+constexpr size_t kKScOff = 8 * 32, kKMinOff = 16 * 32, kKDOff = 17 * 32;
+constexpr size_t kKRowBytes = kKDOff + 2 * sizeof(float);
+constexpr size_t kKBlockBytes = kKPackRows * kKRowBytes;
+
+size_t k_pack_bytes(int64_t n) {
+  return static_cast<size_t>(n / kQKK) * kKBlockBytes;
+}
+
+template <class U>
+void k_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
+  using B = typename U::Block;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int r = 0; r < nr; ++r) {
+      uint8_t* p = buf + i * kKBlockBytes + r * kKRowBytes;
+      KUnpacked u;
+      U::unpack(reinterpret_cast<const B*>(w + r * ws)[i], &u);
+      EMBER_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 32 * k), u.q[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + kKScOff + 32 * k), u.sc[k]);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + kKMinOff), u.m16);
+      const float dd[2] = {_mm256_cvtss_f32(u.d), _mm256_cvtss_f32(u.dmin)};
+      __builtin_memcpy(p + kKDOff, dd, sizeof(dd));
+    }
+  }
+}
+
+inline __m512i bcast256(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// R packed rows x 2T tokens (T pairs); with kOdd the last pair has only its low token.
+template <int R, int T, bool kOdd>
+void k_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, float* y, size_t ys) {
+  __m512 acc[R][T];
+  EMBER_UNROLL
+  for (auto& row : acc) {
+    EMBER_UNROLL
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const uint8_t* base = buf + i * kKBlockBytes;
+    const BlockQ8_K* y0[T];
+    const BlockQ8_K* y1[T];
+    EMBER_UNROLL
+    for (int t = 0; t < T; ++t) {
+      y0[t] = reinterpret_cast<const BlockQ8_K*>(a + 2 * t * as) + i;
+      y1[t] = (kOdd && t == T - 1) ? nullptr
+                                   : reinterpret_cast<const BlockQ8_K*>(a + (2 * t + 1) * as) + i;
+    }
+    __m512i sumi[R][T];
+    EMBER_UNROLL
+    for (auto& row : sumi) {
+      EMBER_UNROLL
+      for (auto& v : row) v = _mm512_setzero_si512();
+    }
+    EMBER_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      __m512i qy[T];
+      EMBER_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const __m256i hi = y1[t] == nullptr ? _mm256_setzero_si256() : load256(y1[t]->qs + 32 * k);
+        qy[t] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(y0[t]->qs + 32 * k)), hi, 1);
+      }
+      EMBER_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m512i ux = bcast256(base + r * kKRowBytes + 32 * k);
+        const __m512i sc = bcast256(base + r * kKRowBytes + kKScOff + 32 * k);
+        EMBER_UNROLL
+        for (int t = 0; t < T; ++t) {
+          sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(ux, qy[t]), sc);
+        }
+      }
+    }
+    __m512i bsums[T];
+    __m512 dy[T];
+    EMBER_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const __m256i bhi = y1[t] == nullptr ? _mm256_setzero_si256() : load256(y1[t]->bsums);
+      bsums[t] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(y0[t]->bsums)), bhi, 1);
+      const __m256 dhi = y1[t] == nullptr ? _mm256_setzero_ps() : _mm256_set1_ps(y1[t]->d);
+      dy[t] = _mm512_insertf32x8(_mm512_set1_ps(y0[t]->d), dhi, 1);
+    }
+    EMBER_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = base + r * kKRowBytes;
+      const __m512i m16 = bcast256(p + kKMinOff);
+      float dd[2];
+      __builtin_memcpy(dd, p + kKDOff, sizeof(dd));
+      const __m512 d = _mm512_set1_ps(dd[0]), dmin = _mm512_set1_ps(dd[1]);
+      EMBER_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const __m512 mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(m16, bsums[t]));
+        const __m512 v =
+            _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(sumi[r][t]), _mm512_mul_ps(dmin, mins));
+        acc[r][t] = _mm512_fmadd_ps(dy[t], v, acc[r][t]);
+      }
+    }
+  }
+  EMBER_UNROLL
+  for (int r = 0; r < R; ++r) {
+    EMBER_UNROLL
+    for (int t = 0; t < T; ++t) {
+      y[2 * t * ys + r] = tile_hsum(_mm512_castps512_ps256(acc[r][t]));
+      if (!(kOdd && t == T - 1)) {
+        y[(2 * t + 1) * ys + r] = tile_hsum(_mm512_extractf32x8_ps(acc[r][t], 1));
+      }
+    }
+  }
+}
+
+template <int R>
+void k_packed_rows(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, int64_t nt, float* y,
+                   size_t ys) {
+  int64_t t = 0;
+  for (; t + 4 <= nt; t += 4) k_packed_rt<R, 2, false>(n, buf, a + t * as, as, y + t * ys, ys);
+  switch (nt - t) {
+    case 3:
+      k_packed_rt<R, 2, true>(n, buf, a + t * as, as, y + t * ys, ys);
+      break;
+    case 2:
+      k_packed_rt<R, 1, false>(n, buf, a + t * as, as, y + t * ys, ys);
+      break;
+    case 1:
+      k_packed_rt<R, 1, true>(n, buf, a + t * as, as, y + t * ys, ys);
+      break;
+    default:
+      break;
+  }
+}
+
+// The levels, scales and mins are already unpacked, so one packed kernel serves every K type.
+void k_packed(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size_t as, int64_t nt,
+              float* y, size_t ys) {
+  static constexpr PackedRowsFn table[kKPackRows] = {&k_packed_rows<1>, &k_packed_rows<2>,
+                                                     &k_packed_rows<3>, &k_packed_rows<4>};
+  table[nr - 1](n, buf, a, as, nt, y, ys);
+}
+
+template <class U>
+void add_k_packed(KernelOverrides* o, DType t) {
+  GemmKernel& g = o->gemm[static_cast<size_t>(t)];
+  g.pack = &k_pack<U>;
+  g.packed = &k_packed;
+  g.pack_bytes = &k_pack_bytes;
+  g.pack_rows = kKPackRows;
+  g.pack_min_tokens = 4;
+}
+
 }  // namespace
 
 KernelOverrides avx512_kernels() {
@@ -192,6 +351,8 @@ KernelOverrides avx512_kernels() {
   add_packed<UnpackUQ8_0>(&o, DType::Q8_0);
   add_packed<UnpackUQ4_0>(&o, DType::Q4_0);
   add_packed<UnpackUQ5_0>(&o, DType::Q5_0);
+  add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
+  add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);
   return o;
 }
 

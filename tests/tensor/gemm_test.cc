@@ -73,17 +73,27 @@ TEST(Gemm, matmul_equals_per_row_reference_dots_at_every_level_type_and_tile_edg
   }
 }
 
+// The types with a packed prefill path (at the AVX-512 VNNI level).
+const std::vector<DType>& packed_types() {
+  static const std::vector<DType> v = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K,
+                                       DType::Q6_K};
+  return v;
+}
+
 // Prefill-sized calls take the packed path where a level has one (rows packed once in blocks,
-// blocks paired in wide vectors): even and odd block counts, a partial last row block, an odd
-// token count.
+// two tokens per wide vector): even and odd block counts, a partial last row block, token
+// counts that leave 0, 1, 2 and 3 tokens after the groups of four.
 TEST(Gemm, many_token_matmul_equals_reference_dots_for_even_and_odd_block_counts) {
   RestoreBestLevel restore;
   ThreadPool pool(2);
   for (auto level : supported_simd_levels()) {
     ASSERT_TRUE(set_simd_level(level));
-    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_0}) {
+    for (DType t : packed_types()) {
       for (int64_t blocks : {1, 2, 5, 20}) {
         expect_matmul_equals_reference_dots(t, 37, 11, 0, pool, blocks * block_elems(t));
+      }
+      for (int64_t n_tokens : {4, 5, 6, 8}) {
+        expect_matmul_equals_reference_dots(t, 13, n_tokens, 0, pool, 2 * block_elems(t));
       }
     }
   }
@@ -94,20 +104,25 @@ TEST(Gemm, many_token_matmul_equals_reference_dots_for_even_and_odd_block_counts
 // in one activation; see the parity tests).
 TEST(Gemm, many_token_matmul_is_bit_identical_to_single_token_matmuls) {
   ThreadPool pool(2);
-  const int64_t rows = 21, cols = 640, n_tokens = 11;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_0}) {
+  const int64_t rows = 21;  // a partial last row block
+  for (DType t : packed_types()) {
+    const int64_t cols = block_elems(t) > 32 ? 1024 : 640;  // K types: 4 super-blocks
     std::vector<uint8_t> wq(row_bytes(t, cols) * rows);
     const auto wf = random_floats(rows * cols, 9);
     for (int64_t r = 0; r < rows; ++r) {
       ref::quantize_row(t, wf.data() + r * cols, wq.data() + r * row_bytes(t, cols), cols);
     }
-    const auto x = random_floats(n_tokens * cols, 10);
-    std::vector<float> all(rows * n_tokens), one(rows);
-    matmul(Matrix{t, rows, cols, wq.data()}, x.data(), n_tokens, all.data(), pool);
-    for (int64_t k = 0; k < n_tokens; ++k) {
-      matmul(Matrix{t, rows, cols, wq.data()}, x.data() + k * cols, 1, one.data(), pool);
-      for (int64_t r = 0; r < rows; ++r) {
-        ASSERT_EQ(all[k * rows + r], one[r]) << dtype_name(t) << " t=" << k << " r=" << r;
+    // 0, 1, 2 and 3 tokens left after the groups of four, and several groups.
+    for (int64_t n_tokens : {4, 5, 6, 7, 11}) {
+      const auto x = random_floats(n_tokens * cols, 10);
+      std::vector<float> all(rows * n_tokens), one(rows);
+      matmul(Matrix{t, rows, cols, wq.data()}, x.data(), n_tokens, all.data(), pool);
+      for (int64_t k = 0; k < n_tokens; ++k) {
+        matmul(Matrix{t, rows, cols, wq.data()}, x.data() + k * cols, 1, one.data(), pool);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(all[k * rows + r], one[r])
+              << dtype_name(t) << " tokens=" << n_tokens << " t=" << k << " r=" << r;
+        }
       }
     }
   }
