@@ -41,22 +41,7 @@ class BpeTokenizer final : public Tokenizer {
     return out;
   }
 
-  std::string token_to_piece(int32_t id, bool render_special) const override {
-    if (id < 0 || id >= n_vocab()) return {};
-    const std::string& t = vocab_.tokens[id];
-    switch (vocab_.types[id]) {
-      case TokenType::Control:
-      case TokenType::Unknown:
-        return render_special ? t : std::string();
-      case TokenType::UserDefined:
-        return t;
-      case TokenType::Normal:
-      case TokenType::Byte:
-        return decode_bytes(t);
-      default:
-        return {};
-    }
-  }
+  std::string text_piece(int32_t id) const override { return decode_bytes(vocab_.tokens[id]); }
 
  private:
   struct Symbol {

@@ -55,36 +55,25 @@ class SpmTokenizer final : public Tokenizer {
     return out;
   }
 
-  std::string token_to_piece(int32_t id, bool render_special) const override {
-    if (id < 0 || id >= n_vocab()) return {};
+  std::string text_piece(int32_t id) const override {
     const std::string& t = vocab_.tokens[id];
-    switch (vocab_.types[id]) {
-      case TokenType::Control:
-      case TokenType::Unknown:
-        return render_special ? t : std::string();
-      case TokenType::UserDefined:
-        return t;
-      case TokenType::Normal: {
-        std::string out;
-        out.reserve(t.size());
-        for (size_t i = 0; i < t.size();) {
-          if (t.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
-            out += ' ';
-            i += kSpaceMarker.size();
-          } else {
-            out += t[i++];
-          }
-        }
-        return out;
+    if (vocab_.types[id] == TokenType::Byte) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0) {
+        return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
       }
-      case TokenType::Byte:
-        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0) {
-          return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
-        }
-        return t;
-      default:
-        return {};
+      return t;
     }
+    std::string out;  // Normal: the space marker stands for a space
+    out.reserve(t.size());
+    for (size_t i = 0; i < t.size();) {
+      if (t.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
+        out += ' ';
+        i += kSpaceMarker.size();
+      } else {
+        out += t[i++];
+      }
+    }
+    return out;
   }
 
  private:

@@ -83,6 +83,22 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(Vocab vocab) {
   return fail("tokenizer: model '{}' is not supported (expected 'gpt2' or 'llama')", vocab.model);
 }
 
+std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
+  if (id < 0 || id >= n_vocab()) return {};
+  switch (vocab_.types[id]) {
+    case TokenType::Control:
+    case TokenType::Unknown:
+      return render_special ? vocab_.tokens[id] : std::string();
+    case TokenType::UserDefined:
+      return vocab_.tokens[id];
+    case TokenType::Normal:
+    case TokenType::Byte:
+      return text_piece(id);
+    default:
+      return {};
+  }
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -26,9 +26,9 @@ class Tokenizer {
   // add_bos: prepend BOS when the vocab asks for it (vocab.add_bos).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
-  // The bytes this token stands for (may be a partial UTF-8 sequence). Control tokens give ""
-  // unless render_special.
-  virtual std::string token_to_piece(int32_t id, bool render_special = false) const = 0;
+  // The bytes this token stands for (may be a partial UTF-8 sequence). Control and unknown
+  // tokens give "" unless render_special; user-defined tokens are their own text.
+  std::string token_to_piece(int32_t id, bool render_special = false) const;
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
 
   const Vocab& vocab() const { return vocab_; }
@@ -37,6 +37,8 @@ class Tokenizer {
 
  protected:
   explicit Tokenizer(Vocab v) : vocab_(std::move(v)) {}
+  // The bytes of a Normal or Byte token, in the algorithm's own encoding of the vocabulary.
+  virtual std::string text_piece(int32_t id) const = 0;
   Vocab vocab_;
 };
 
