@@ -6,13 +6,17 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "base/log.h"
 #include "engine/event_stream.h"
+#include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 
 namespace ember::engine {
@@ -44,8 +48,12 @@ struct Req {
   int32_t max_gen = 0;  // max_tokens clipped to the context
   int32_t n_gen = 0;    // tokens delivered
   int32_t decode_step = 0;
-  int32_t last = -1;    // the token the next decode step feeds
-  bool seeded = false;  // the first token has been produced
+  int32_t last = -1;         // the token the next decode step feeds
+  std::vector<int32_t> gen;  // tokens delivered, in order (the history after the prompt)
+  int32_t cached = 0;        // prompt tokens reused from the prefix cache
+  int32_t published = 0;     // full blocks of this sequence offered to the prefix cache
+  uint64_t chain_key = 0;    // prefix-cache key of block published - 1 (root if none)
+  bool seeded = false;       // the first token has been produced
   bool finished = false;
 };
 
@@ -72,6 +80,14 @@ struct Engine::Impl {
   std::atomic<uint64_t> n_steps{0}, n_tokens{0}, n_prompt{0};
   std::atomic<int64_t> kv_bytes{0};
 
+  // Prefix cache and warm state (engine thread, or the constructor before the thread starts).
+  std::unique_ptr<PrefixCache> cache;
+  mutable std::mutex stats_mu;              // guards the two snapshots below
+  PrefixCacheStats cache_stats;             // copied after each change
+  EngineStats warm_stats;                   // warm_* fields only
+  std::deque<std::function<void()>> tasks;  // guarded by mu: run on the engine thread
+  bool stopped = false;                     // guarded by mu: the thread has left run()
+
   // Engine thread only.
   std::deque<std::shared_ptr<Req>> waiting;
   std::vector<std::shared_ptr<Req>> active;
@@ -81,6 +97,12 @@ struct Engine::Impl {
   std::thread thread;
 
   void run();
+  void run_tasks();
+  void publish(Req& r);
+  void sync_cache_stats();
+  WarmReport load_warm();
+  WarmReport save_warm();
+  WarmReport on_engine_thread(std::function<WarmReport()> fn);
   void sweep_waiting();
   void admit(const std::shared_ptr<const GenHooks>& snapshot);
   void step();
@@ -103,6 +125,12 @@ Engine::Engine(std::shared_ptr<model::Backend> backend, EngineOptions opts)
   impl_->opts = std::move(opts);
   impl_->n_ctx = impl_->backend->n_ctx();
   impl_->n_vocab = impl_->backend->config().n_vocab;
+  if (impl_->opts.prefix_cache_bytes > 0) {
+    impl_->cache =
+        std::make_unique<PrefixCache>(impl_->backend->kv_layout(), impl_->opts.prefix_cache_bytes);
+  }
+  // Before the thread starts, so the engine serves nothing until warm state is in (or refused).
+  if (!impl_->opts.warm.dir.empty() && impl_->opts.warm.load_at_start) impl_->load_warm();
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
@@ -126,7 +154,137 @@ EngineStats Engine::stats() const {
   s.tokens_generated = impl_->n_tokens.load();
   s.prompt_tokens = impl_->n_prompt.load();
   s.kv_bytes = impl_->kv_bytes.load();
+  std::lock_guard lk(impl_->stats_mu);
+  const PrefixCacheStats& c = impl_->cache_stats;
+  s.cache_hits = c.lookups_hit;
+  s.cache_misses = c.lookups_miss;
+  s.cache_evictions = c.evictions;
+  s.cached_tokens = c.cached_tokens;
+  s.cache_blocks = c.blocks;
+  s.cache_bytes = c.bytes;
+  const EngineStats& w = impl_->warm_stats;
+  s.warm_blocks_loaded = w.warm_blocks_loaded;
+  s.warm_load_seconds = w.warm_load_seconds;
+  s.warm_bytes_written = w.warm_bytes_written;
+  s.warm_save_seconds = w.warm_save_seconds;
   return s;
+}
+
+WarmReport Engine::load_warm_state() {
+  return impl_->on_engine_thread([impl = impl_.get()] { return impl->load_warm(); });
+}
+
+WarmReport Engine::save_warm_state() {
+  return impl_->on_engine_thread([impl = impl_.get()] { return impl->save_warm(); });
+}
+
+WarmReport Engine::Impl::on_engine_thread(std::function<WarmReport()> fn) {
+  auto done = std::make_shared<std::promise<WarmReport>>();
+  auto result = done->get_future();
+  {
+    std::unique_lock lk(mu);
+    if (!stopped) {
+      tasks.push_back([fn = std::move(fn), done] { done->set_value(fn()); });
+      lk.unlock();
+      cv.notify_all();
+      return result.get();
+    }
+  }
+  return fn();  // the thread has ended: its state is ours (ordered by mu)
+}
+
+void Engine::Impl::run_tasks() {
+  std::deque<std::function<void()>> todo;
+  {
+    std::lock_guard lk(mu);
+    todo.swap(tasks);
+  }
+  for (auto& t : todo) t();
+}
+
+// The report of a load or save: its result, or why not (logged as a warning).
+static WarmReport outcome(Result<WarmReport> r, std::string_view failed) {
+  if (r) return *r;
+  WarmReport rep;
+  rep.message = r.message();
+  log::warn("ember: {}: {}", failed, rep.message);
+  return rep;
+}
+
+WarmReport Engine::Impl::load_warm() {
+  WarmReport rep;
+  const std::string path = warm_file_path(opts.warm.dir);
+  if (!cache) {
+    rep.message = "no prefix cache (prefix_cache_bytes is 0): warm state not loaded";
+    log::warn("ember: {}", rep.message);
+    return rep;
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    rep.ok = true;
+    rep.message = "no warm state at " + path;
+    log::info("ember: {}; starting cold", rep.message);
+    return rep;
+  }
+  rep = outcome(load_warm_file(path, *backend, *cache, Clock::now() + opts.warm.io_budget),
+                "warm state rejected, starting cold");
+  if (!rep.ok) return rep;
+  log::info("ember: warm state loaded: {} blocks ({} bytes) from {} in {:.3f} s", rep.blocks,
+            rep.bytes, path, rep.seconds);
+  {
+    std::lock_guard lk(stats_mu);
+    warm_stats.warm_blocks_loaded += rep.blocks;
+    warm_stats.warm_load_seconds = rep.seconds;
+  }
+  kv_bytes.store(backend->live_kv_bytes());
+  sync_cache_stats();
+  return rep;
+}
+
+WarmReport Engine::Impl::save_warm() {
+  WarmReport rep;
+  if (!cache || opts.warm.dir.empty()) {
+    rep.message = "no prefix cache or no warm-cache directory: nothing saved";
+    return rep;
+  }
+  const std::string path = warm_file_path(opts.warm.dir);
+  std::error_code ec;
+  std::filesystem::create_directories(opts.warm.dir, ec);
+  rep = outcome(save_warm_file(path, *cache, opts.warm, Clock::now() + opts.warm.io_budget),
+                "warm state not saved");
+  if (!rep.ok) return rep;
+  log::info("ember: warm state saved: {} blocks ({} bytes) to {} in {:.3f} s", rep.blocks,
+            rep.bytes, path, rep.seconds);
+  std::lock_guard lk(stats_mu);
+  warm_stats.warm_bytes_written += uint64_t(rep.bytes);
+  warm_stats.warm_save_seconds = rep.seconds;
+  return rep;
+}
+
+void Engine::Impl::sync_cache_stats() {
+  if (!cache) return;
+  std::lock_guard lk(stats_mu);
+  cache_stats = cache->stats();
+}
+
+// Offers the sequence's newly full blocks to the cache. Its tokens are the prompt followed by
+// the delivered tokens; the sequence never holds more than that.
+void Engine::Impl::publish(Req& r) {
+  if (!cache || !r.seq) return;
+  const int32_t B = cache->block_tokens();
+  std::vector<int32_t> toks(static_cast<size_t>(B));
+  bool changed = false;
+  while ((r.published + 1) * B <= r.seq->length()) {
+    const int32_t p0 = r.published * B;
+    for (int32_t j = 0; j < B; ++j) {
+      const int32_t p = p0 + j;
+      toks[size_t(j)] = p < r.prompt_len ? r.g.prompt[size_t(p)] : r.gen[size_t(p - r.prompt_len)];
+    }
+    r.chain_key = cache->insert(r.chain_key, r.published, toks, r.seq->block(r.published));
+    ++r.published;
+    changed = true;
+  }
+  if (changed) sync_cache_stats();
 }
 
 void Engine::set_hooks(GenHooks h) {
@@ -238,11 +396,13 @@ SubmitResult Engine::submit(GenerateRequest req) {
 
 void Engine::Impl::run() {
   for (;;) {
+    run_tasks();
     std::shared_ptr<const GenHooks> snapshot;
     {
       std::unique_lock lk(mu);
       if (active.empty() && waiting.empty()) {
-        cv.wait(lk, [&] { return !inbox.empty() || shutdown.load(); });
+        cv.wait(lk, [&] { return !inbox.empty() || !tasks.empty() || shutdown.load(); });
+        if (!tasks.empty()) continue;
       }
       while (!inbox.empty()) {
         waiting.push_back(std::move(inbox.front()));
@@ -258,6 +418,13 @@ void Engine::Impl::run() {
     }
     step();
   }
+  {
+    std::lock_guard lk(mu);
+    stopped = true;
+  }
+  run_tasks();  // posted before `stopped` was set
+  // Every request has ended: the cache holds all there is to keep.
+  if (!opts.warm.dir.empty() && opts.warm.save_at_exit) save_warm();
 }
 
 // Cause to stop `r` now, or None. `counted`: the site's one counted poll of the request's
@@ -297,7 +464,18 @@ void Engine::Impl::admit(const std::shared_ptr<const GenHooks>& snapshot) {
       continue;
     }
     // A fresh sequence per request, destroyed at finish: no state can leak between requests.
-    r->seq = backend->new_sequence(r->prompt_len + r->max_gen);
+    // It starts on the longest cached prefix, leaving at least one prompt token for the seed.
+    std::vector<model::KvBlockRef> prefix;
+    r->chain_key = cache ? cache->root() : 0;
+    if (cache) {
+      const int32_t max_blocks = (r->prompt_len - 1) / cache->block_tokens();
+      prefix = cache->match(r->g.prompt, max_blocks, r->chain_key);
+      r->published = static_cast<int32_t>(prefix.size());
+      r->cached = r->published * cache->block_tokens();
+      r->pos = r->cached;
+      sync_cache_stats();
+    }
+    r->seq = backend->new_sequence(r->prompt_len + r->max_gen, prefix);
     r->sampler.emplace(r->g.sampling, n_vocab);
     r->sampler->add_prompt(r->g.prompt);
     kv_bytes.store(backend->live_kv_bytes());
@@ -370,6 +548,7 @@ void Engine::Impl::step() {
       size_t row = 0;
       for (size_t i = 0; i < batch.size(); ++i) {
         Req& r = *batch[i];
+        publish(r);
         if (!items[i].want_logits) {
           r.pos += static_cast<int32_t>(items[i].tokens.size());
           continue;
@@ -397,6 +576,7 @@ void Engine::Impl::produce(Req& r, const float* row) {
     return;
   }
   r.sampler->accept(c.token);
+  if (cache) r.gen.push_back(c.token);
   if (!r.ch->push_token(TokenEvent{c.token, c.logprob, std::move(c.top)})) {
     finish(r, FinishReason::Cancelled, CancelCause::SlowConsumer,
            fmt::format("consumer fell {} events behind", opts.event_queue_capacity));
@@ -421,6 +601,10 @@ void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::s
   if (admitted) {
     r.seq.reset();
     r.sampler.reset();
+    if (cache) {
+      cache->evict_to_budget();  // blocks this sequence held may be evictable now
+      sync_cache_stats();
+    }
     kv_bytes.store(backend->live_kv_bytes());
     n_active.fetch_sub(1);
   } else {
@@ -436,6 +620,7 @@ void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::s
   d.cause = cause;
   d.usage.prompt_tokens = r.prompt_len;
   d.usage.completion_tokens = r.n_gen;
+  d.usage.cached_tokens = r.cached;
   d.timings.queued_ms = ms_between(r.t_submit, admitted ? r.t_admit : now);
   if (admitted) d.timings.prefill_ms = ms_between(r.t_admit, r.seeded ? r.t_first : now);
   if (r.seeded) d.timings.decode_ms = ms_between(r.t_first, now);

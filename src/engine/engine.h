@@ -36,6 +36,18 @@
 //   is pushed: once a consumer holds the DoneEvent, stats() and live_kv_bytes() no longer
 //   count it.
 // - Request ids are assigned 1, 2, 3, ... in submit order, per engine.
+// - Prefix cache (EngineOptions::prefix_cache_bytes > 0; engine/prefix_cache.h): at admission a
+//   request takes the longest cached run of full KV blocks that is a prefix of its prompt,
+//   leaving at least one prompt token to compute (the seed), and prefills only the rest;
+//   Usage::cached_tokens says how many. After every forward each sequence's newly full blocks
+//   (prompt and generated tokens alike, so a conversation's next turn finds its history) are
+//   added to the cache. Chunk positions then start at the cached length. Output is
+//   bit-identical with and without a hit (the backend computes each position's KV the same
+//   way whatever the batch), which the engine tests check on every architecture.
+// - Warm state (EngineOptions::warm, engine/warm_cache.h): loaded in the constructor, before
+//   the engine serves; saved when the engine thread ends (after signal_shutdown or at
+//   destruction), once every request has ended. Both bounded by warm.io_budget; a missing,
+//   bad or foreign file is a log line and a cold start, never an error.
 // - The residual bound is a bound in steps, not in time: its wall time is that of one chunk or
 //   one step of the model in use (a 512-token chunk of a big model on a CPU takes seconds).
 #pragma once
@@ -49,6 +61,7 @@
 
 #include "engine/cancel.h"
 #include "engine/request.h"
+#include "engine/warm_cache.h"
 #include "model/backend.h"
 
 namespace ember::engine {
@@ -70,6 +83,8 @@ struct EngineOptions {
   int32_t prefill_chunk = 512;          // tokens per prefill chunk
   int32_t event_queue_capacity = 1024;  // per request; a consumer this far behind: slow_consumer
   std::vector<int32_t> eog_tokens;      // end-of-generation ids: finish with `stop`
+  int64_t prefix_cache_bytes = 0;       // KV bytes the prefix cache may keep; 0: no cache
+  WarmCacheOptions warm;                // warm state file; needs the prefix cache
 };
 
 // Consumer side of one request's bounded event queue. Thread-safe.
@@ -103,7 +118,19 @@ struct EngineStats {
   uint64_t steps = 0;  // forward passes run so far (liveness: must advance)
   uint64_t tokens_generated = 0;
   uint64_t prompt_tokens = 0;
-  int64_t kv_bytes = 0;  // backend live KV memory
+  int64_t kv_bytes = 0;  // backend live KV memory (sequences and prefix cache)
+  // Prefix cache.
+  uint64_t cache_hits = 0;    // admissions that reused at least one block
+  uint64_t cache_misses = 0;  // admissions that could have reused blocks and found none
+  uint64_t cache_evictions = 0;
+  uint64_t cached_tokens = 0;  // prompt tokens served from the cache
+  int64_t cache_blocks = 0;
+  int64_t cache_bytes = 0;
+  // Warm state.
+  int64_t warm_blocks_loaded = 0;
+  double warm_load_seconds = 0;
+  uint64_t warm_bytes_written = 0;  // by saves in this process
+  double warm_save_seconds = 0;     // of the last save
 };
 
 class Engine {
@@ -117,6 +144,11 @@ class Engine {
   void cancel(uint64_t id, CancelCause cause = CancelCause::Client);
   void signal_shutdown();  // idempotent; in-flight requests end `cancelled` (shutdown)
   void set_hooks(GenHooks hooks);
+  // Warm state by hand (the constructor and the thread's end do it when EngineOptions::warm
+  // says so). Runs on the engine thread between steps (inline once the thread has ended);
+  // blocks until done. Never fails the engine: the report says what happened.
+  WarmReport load_warm_state();
+  WarmReport save_warm_state();
   EngineStats stats() const;
   const model::ModelConfig& model_config() const;
   int32_t n_ctx() const;

@@ -52,6 +52,7 @@ struct TokenEvent {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
 };
 
 struct Timings {

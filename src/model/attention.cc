@@ -1,5 +1,7 @@
 #include "model/attention.h"
 
+#include "base/result.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -19,40 +21,54 @@ namespace ember::model::ops {
 #endif
 
 // Eight partial sums let the compiler vectorize the dot product without reassociating; the
-// clone for x86-64-v3 gets 8-wide AVX2.
+// clone for x86-64-v3 gets 8-wide AVX2. Positions come in segments (KV blocks); each score and
+// each output element is accumulated in position order, so segmentation never changes a bit.
 EMBER_VECTOR_CLONES
-void attend_one(const float* __restrict q, const float* __restrict k, const float* __restrict v,
-                int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
-                float* __restrict out) {
+void attend_one_segments(const float* __restrict q, const KvSegment* segs, int32_t n_segs,
+                         int64_t stride, int32_t n, int32_t hd, float scale,
+                         float* __restrict scores, float* __restrict out) {
   float mx = -INFINITY;
-  for (int32_t p = 0; p < n; ++p) {
-    const float* kp = k + p * stride;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int32_t d = 0;
-    for (; d + 8 <= hd; d += 8) {
-      for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
+  int32_t p = 0;
+  for (int32_t s = 0; s < n_segs; ++s) {
+    for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+      const float* kp = segs[s].k + i * stride;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int32_t d = 0;
+      for (; d + 8 <= hd; d += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
+      }
+      float sc = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+      for (; d < hd; ++d) sc += q[d] * kp[d];
+      scores[p] = sc * scale;
+      mx = std::max(mx, scores[p]);
     }
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < hd; ++d) s += q[d] * kp[d];
-    scores[p] = s * scale;
-    mx = std::max(mx, scores[p]);
   }
+  EMBER_ASSERT(p == n);
   float sum = 0;
-  for (int32_t p = 0; p < n; ++p) {
+  for (p = 0; p < n; ++p) {
     scores[p] = std::exp(scores[p] - mx);
     sum += scores[p];
   }
   std::fill(out, out + hd, 0.f);
   const float inv = 1.f / sum;
-  for (int32_t p = 0; p < n; ++p) {
-    const float w = scores[p] * inv;
-    const float* vp = v + p * stride;
-    int32_t d = 0;
-    for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
-      for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
+  p = 0;
+  for (int32_t s = 0; s < n_segs; ++s) {
+    for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+      const float w = scores[p] * inv;
+      const float* vp = segs[s].v + i * stride;
+      int32_t d = 0;
+      for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
+        for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
+      }
+      for (; d < hd; ++d) out[d] += w * vp[d];
     }
-    for (; d < hd; ++d) out[d] += w * vp[d];
   }
+}
+
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int32_t n,
+                int32_t hd, float scale, float* scores, float* out) {
+  const KvSegment seg{k, v, n};
+  attend_one_segments(q, &seg, 1, stride, n, hd, scale, scores, out);
 }
 
 namespace {
@@ -76,56 +92,66 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
 
 // Up to four queries (NQ) at once: each 8-float chunk of a key row is loaded once for all of
 // them, two keys per pass. Lane j of a query's accumulator sums dimensions j mod 8, as the
-// reference's partial sums do. hd % 32 == 0.
+// reference's partial sums do. hd % 32 == 0. Scores are independent of the pairing, and the
+// weighted sum of V runs in position order across segments, so the result does not depend on
+// how the positions are cut into segments.
 template <int NQ>
-__attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, const float* k,
-                                                const float* v, int64_t stride, int32_t n,
+__attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, const KvSegment* segs,
+                                                int32_t n_segs, int64_t stride, int32_t n,
                                                 int32_t hd, float scale, float* scores, float* out,
                                                 int64_t os) {
   float mx[NQ];
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
-  int32_t p = 0;
-  for (; p + 2 <= n; p += 2) {
-    const float* k0 = k + p * stride;
-    const float* k1 = k0 + stride;
-    __m256 a0[NQ], a1[NQ];
-    EMBER_UNROLL
-    for (int g = 0; g < NQ; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
-    for (int32_t d = 0; d < hd; d += 8) {
-      const __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+  int32_t base = 0;  // position of the segment's first row
+  for (int32_t s = 0; s < n_segs; ++s) {
+    const float* k = segs[s].k;
+    const int32_t m = segs[s].n;
+    int32_t i = 0;
+    for (; i + 2 <= m; i += 2) {
+      const float* k0 = k + i * stride;
+      const float* k1 = k0 + stride;
+      __m256 a0[NQ], a1[NQ];
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 8) {
+        const __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) {
+          const __m256 qv = _mm256_loadu_ps(q + g * qs + d);
+          a0[g] = _mm256_fmadd_ps(qv, kv0, a0[g]);
+          a1[g] = _mm256_fmadd_ps(qv, kv1, a1[g]);
+        }
+      }
+      const int32_t p = base + i;
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) {
-        const __m256 qv = _mm256_loadu_ps(q + g * qs + d);
-        a0[g] = _mm256_fmadd_ps(qv, kv0, a0[g]);
-        a1[g] = _mm256_fmadd_ps(qv, kv1, a1[g]);
+        const float s0 = hsum8(a0[g]) * scale, s1 = hsum8(a1[g]) * scale;
+        scores[g * n + p] = s0;
+        scores[g * n + p + 1] = s1;
+        mx[g] = std::max(mx[g], std::max(s0, s1));
       }
     }
-    EMBER_UNROLL
-    for (int g = 0; g < NQ; ++g) {
-      const float s0 = hsum8(a0[g]) * scale, s1 = hsum8(a1[g]) * scale;
-      scores[g * n + p] = s0;
-      scores[g * n + p + 1] = s1;
-      mx[g] = std::max(mx[g], std::max(s0, s1));
-    }
-  }
-  for (; p < n; ++p) {
-    const float* k0 = k + p * stride;
-    __m256 a0[NQ];
-    EMBER_UNROLL
-    for (int g = 0; g < NQ; ++g) a0[g] = _mm256_setzero_ps();
-    for (int32_t d = 0; d < hd; d += 8) {
-      const __m256 kv0 = _mm256_loadu_ps(k0 + d);
+    for (; i < m; ++i) {
+      const float* k0 = k + i * stride;
+      __m256 a0[NQ];
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) a0[g] = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 8) {
+        const __m256 kv0 = _mm256_loadu_ps(k0 + d);
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) {
+          a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * qs + d), kv0, a0[g]);
+        }
+      }
+      const int32_t p = base + i;
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) {
-        a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * qs + d), kv0, a0[g]);
+        scores[g * n + p] = hsum8(a0[g]) * scale;
+        mx[g] = std::max(mx[g], scores[g * n + p]);
       }
     }
-    EMBER_UNROLL
-    for (int g = 0; g < NQ; ++g) {
-      scores[g * n + p] = hsum8(a0[g]) * scale;
-      mx[g] = std::max(mx[g], scores[g * n + p]);
-    }
+    base += m;
   }
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) {
@@ -144,17 +170,21 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
     EMBER_UNROLL
     for (int g = 0; g < NQ; ++g) EMBER_UNROLL
     for (auto& a : acc[g]) a = _mm256_setzero_ps();
-    for (int32_t i = 0; i < n; ++i) {
-      const float* vp = v + i * stride + d;
-      const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
-      const __m256 v2 = _mm256_loadu_ps(vp + 16), v3 = _mm256_loadu_ps(vp + 24);
-      EMBER_UNROLL
-      for (int g = 0; g < NQ; ++g) {
-        const __m256 w = _mm256_broadcast_ss(scores + g * n + i);
-        acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
-        acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
-        acc[g][2] = _mm256_fmadd_ps(w, v2, acc[g][2]);
-        acc[g][3] = _mm256_fmadd_ps(w, v3, acc[g][3]);
+    int32_t p = 0;
+    for (int32_t s = 0; s < n_segs; ++s) {
+      const float* v = segs[s].v;
+      for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+        const float* vp = v + i * stride + d;
+        const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+        const __m256 v2 = _mm256_loadu_ps(vp + 16), v3 = _mm256_loadu_ps(vp + 24);
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) {
+          const __m256 w = _mm256_broadcast_ss(scores + g * n + p);
+          acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
+          acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
+          acc[g][2] = _mm256_fmadd_ps(w, v2, acc[g][2]);
+          acc[g][3] = _mm256_fmadd_ps(w, v3, acc[g][3]);
+        }
       }
     }
     EMBER_UNROLL
@@ -169,9 +199,9 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
 
 }  // namespace
 
-void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
-                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
-                  int64_t out_stride) {
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride) {
 #ifdef EMBER_HAVE_AVX2_ATTENTION
   if (hd % 32 == 0 && cpu_has_avx2_fma()) {
     for (int32_t g = 0; g < nq; g += 4) {
@@ -179,16 +209,16 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
       float* og = out + g * out_stride;
       switch (std::min(4, nq - g)) {
         case 4:
-          group4<4>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
           break;
         case 3:
-          group4<3>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
           break;
         case 2:
-          group4<2>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
           break;
         default:
-          group4<1>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+          group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
           break;
       }
     }
@@ -196,8 +226,16 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
   }
 #endif
   for (int32_t g = 0; g < nq; ++g) {
-    attend_one(q + g * q_stride, k, v, kv_stride, n, hd, scale, scores, out + g * out_stride);
+    attend_one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
+                        out + g * out_stride);
   }
+}
+
+void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
+                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+                  int64_t out_stride) {
+  const KvSegment seg{k, v, n};
+  attend_group_segments(q, q_stride, nq, &seg, 1, kv_stride, n, hd, scale, scores, out, out_stride);
 }
 
 }  // namespace ember::model::ops

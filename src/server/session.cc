@@ -94,6 +94,16 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
       snap.queue_depth = st.queued;
       snap.active_sequences = st.active;
       snap.engine_steps = st.steps;
+      snap.cache_hits = st.cache_hits;
+      snap.cache_misses = st.cache_misses;
+      snap.cache_evictions = st.cache_evictions;
+      snap.cached_tokens = st.cached_tokens;
+      snap.cache_blocks = st.cache_blocks;
+      snap.cache_bytes = st.cache_bytes;
+      snap.warm_blocks_loaded = st.warm_blocks_loaded;
+      snap.warm_bytes_written = st.warm_bytes_written;
+      snap.warm_load_seconds = st.warm_load_seconds;
+      snap.warm_save_seconds = st.warm_save_seconds;
     }
     snap.in_flight_requests = s.in_flight.load();
     snap.draining = s.is_draining;
