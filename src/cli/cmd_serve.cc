@@ -41,6 +41,9 @@ struct ServeOptions {
   int io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";
+  int64_t kv_cache_bytes = int64_t{512} << 20;
+  std::string warm_cache_dir;
+  int64_t warm_cache_bytes = int64_t{256} << 20;
 };
 
 std::chrono::milliseconds ms(double seconds) {
@@ -66,6 +69,9 @@ Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
   eo.max_sequences = o.max_sequences;
   eo.max_queued = o.max_queued;
   eo.eog_tokens = eog;
+  eo.prefix_cache_bytes = o.kv_cache_bytes;
+  eo.warm.dir = o.warm_cache_dir;
+  eo.warm.max_bytes = o.warm_cache_bytes;
   auto served = std::make_shared<server::ServedModel>();
   served->engine = std::make_shared<worker::InProcessEngineClient>(
       std::shared_ptr<model::Backend>(std::move(backend)), eo);
@@ -148,6 +154,20 @@ int cmd_serve(int argc, char** argv) {
                  "reports unhealthy")
       ->envname("EMBER_STALL_LIMIT")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--kv-cache-bytes", o.kv_cache_bytes,
+                 "KV bytes the prefix cache keeps for reuse by later requests (0: no cache)")
+      ->envname("EMBER_KV_CACHE_BYTES")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--warm-cache-dir", o.warm_cache_dir,
+                 "directory for the warm-state file: the hottest cached KV is saved there on "
+                 "graceful exit and loaded at start (empty: off)")
+      ->envname("EMBER_WARM_CACHE_DIR");
+  app.add_option("--warm-cache-bytes", o.warm_cache_bytes,
+                 "KV bytes written to the warm-state file at most")
+      ->envname("EMBER_WARM_CACHE_BYTES")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")
       ->envname("EMBER_LOG_LEVEL")

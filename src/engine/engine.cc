@@ -272,6 +272,7 @@ void Engine::Impl::sync_cache_stats() {
 void Engine::Impl::publish(Req& r) {
   if (!cache || !r.seq) return;
   const int32_t B = cache->block_tokens();
+  if ((r.published + 1) * B > r.seq->length()) return;  // the common decode step: nothing new
   std::vector<int32_t> toks(static_cast<size_t>(B));
   bool changed = false;
   while ((r.published + 1) * B <= r.seq->length()) {

@@ -67,8 +67,9 @@
 namespace ember::engine {
 
 // Test hooks (DESIGN.md §3). Snapshotted when a request is admitted; may block (a test holds
-// a barrier there); must not call back into the engine's control plane (submit, cancel,
-// signal_shutdown, destruction). Production builds pay one null check per site.
+// a barrier there); must not call back into the engine's control plane (submit, cancel, the
+// warm-state calls, signal_shutdown, destruction). Production builds pay one null check per
+// site.
 struct GenHooks {
   // request id, position of the first token of the chunk (0, 512, 1024, ...)
   std::function<void(uint64_t id, int32_t chunk_pos)> on_before_prefill_chunk;
