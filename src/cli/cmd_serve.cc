@@ -38,6 +38,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 4 << 20;
   double header_timeout_s = 10;
   double body_timeout_s = 30;
+  double write_timeout_s = 30;
   int io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";
@@ -139,6 +140,12 @@ int cmd_serve(int argc, char** argv) {
       ->envname("EMBER_BODY_TIMEOUT")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--write-timeout", o.write_timeout_s,
+                 "seconds one write of an answer may take; a client that stops reading is "
+                 "cancelled as a slow consumer")
+      ->envname("EMBER_WRITE_TIMEOUT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--io-threads", o.io_threads, "HTTP threads")
       ->envname("EMBER_IO_THREADS")
       ->check(CLI::Range(1, 64))
@@ -168,6 +175,7 @@ int cmd_serve(int argc, char** argv) {
   so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   so.header_timeout = ms(o.header_timeout_s);
   so.body_timeout = ms(o.body_timeout_s);
+  so.write_timeout = ms(o.write_timeout_s);
   so.drain_timeout = ms(o.drain_timeout_s);
   so.stall_limit = ms(o.stall_limit_s);
   server::Server srv(so);

@@ -33,6 +33,9 @@ struct ServerOptions {
   size_t max_body_bytes = 4 << 20;
   std::chrono::milliseconds header_timeout{10'000};  // whole request head, from the first byte
   std::chrono::milliseconds body_timeout{30'000};    // whole body
+  // Each write of an answer (a response, an SSE event); past it the client is a slow consumer:
+  // the request is cancelled and the connection closed.
+  std::chrono::milliseconds write_timeout{30'000};
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending

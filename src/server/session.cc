@@ -93,6 +93,7 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
       auto st = m->engine->stats();
       snap.queue_depth = st.queued;
       snap.active_sequences = st.active;
+      snap.kv_bytes = st.kv_bytes;
       snap.engine_steps = st.steps;
     }
     snap.in_flight_requests = s.in_flight.load();
@@ -163,7 +164,7 @@ asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
   if (req.method() != http::verb::head) res.body() = reply.body;
   res.prepare_payload();
   s.metrics.count_request(route, static_cast<int>(reply.status));
-  c.stream.expires_after(std::chrono::seconds(30));  // a client that never reads its answer
+  c.stream.expires_after(s.opts.write_timeout);  // a client that never reads its answer
   auto [ec, n] = co_await http::async_write(c.stream, res, asio::as_tuple(asio::use_awaitable));
   c.stream.expires_never();
   co_return keep && !ec;
