@@ -1,11 +1,10 @@
 // POST /v1/chat/completions and /v1/completions: validate, template, tokenize, submit, then
 // relay engine events as SSE chunks or one JSON body.
 //
-// Cancellation (DESIGN.md §3): the handler holds a CancelOnDrop on the request's token for as
-// long as it serves the connection; only a completed answer disarms it, so a coroutine torn
-// down early cancels. While the answer is produced, a read on the socket (the watcher) notices
-// a client that leaves — streaming or not — and cancels at once; the engine sees it at its next
-// poll site.
+// Cancellation (DESIGN.md §3): the handler owns the request's EventStream; a coroutine torn
+// down early drops it, which cancels the request. While the answer is produced, a read on the
+// socket (the watcher) notices a client that leaves — streaming or not — and cancels at once; the
+// engine sees it at its next poll site.
 //
 // Leak paths closed (issue 10):
 // - The watcher never stops looking: bytes pipelined past kPipelineCap are discarded (and the
@@ -16,10 +15,11 @@
 //   for good answers it with a reset, which the watcher sees by peeking the socket.
 // - Every write has a deadline (write_timeout); a write that fails cancels the request at
 //   once, as slow_consumer when the deadline passed, as client otherwise.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -64,13 +64,19 @@ struct Watch {
   std::array<char, 4096> sink;  // where pipelined bytes past the cap go
 };
 
-// A reset (or any error) queued on the socket, without consuming data or blocking. After EOF a
-// peer that closed for good answers our next bytes with a reset; one that only shut its write
-// side does not.
+// Whether the connection is dead: a peer that closed for good answers our next bytes with a
+// reset, which moves the socket to CLOSE (or leaves an error); one that only shut its write
+// side does not. (recv() cannot tell: after a FIN it reports end-of-stream forever.)
 bool socket_failed(tcp::socket& s) {
-  char b;
-  ssize_t r = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+    return true;
+  }
+  tcp_info info{};
+  len = sizeof(info);
+  return ::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+         info.tcpi_state == TCP_CLOSE;
 }
 
 void client_left(Watch& w, const std::function<void()>& on_gone, std::string_view why) {
@@ -271,7 +277,10 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   g.sampling = r.sampling;
   g.max_tokens = r.max_tokens.value_or(INT32_MAX);  // the engine clips it to the context
   g.cancel = engine::CancelToken::make();
-  engine::CancelOnDrop guard = g.cancel.cancel_on_drop();
+  // No CancelOnDrop here: a handler torn down early (an exception, the io_context destroyed)
+  // drops `sub.stream`, and a dropped stream is a cancel the engine sees at its next poll
+  // (engine test dropping_the_stream_cancels_the_request_and_frees_its_slot). A guard on the
+  // token was a second mechanism for the same promise that no test could tell apart.
   engine::CancelToken token = g.cancel;
 
   auto wake = std::make_shared<Wake>(c->stream.get_executor());
@@ -481,7 +490,6 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       co_await wait_for(*wake);
     }
   }
-  guard.disarm();  // the answer is complete (or its client gone and cancelled already)
   co_return keep && !watch->client_gone && !watch->half_closed && !watch->discarded;
 }
 

@@ -8,7 +8,7 @@
 // wait() returns the exit code once the drain is complete and the engine has shut down.
 //
 // Threading: IO threads never block on the engine. The engine's EventStream waker posts to the
-// connection's strand. Each completion holds a CancelOnDrop for its connection, and a read on
+// connection's strand. Each completion owns its EventStream (dropping it cancels), and a read on
 // the socket while the answer is produced notices a client that goes away.
 #pragma once
 
