@@ -97,7 +97,7 @@ struct InFlight {
   }
 };
 
-TokenLogprob to_logprob(const TextCodec& text, const engine::TokenEvent& t) {
+TokenLogprob to_logprob(const text::TextCodec& text, const engine::TokenEvent& t) {
   TokenLogprob lp{text.token_text(t.id), t.logprob, {}};
   for (const auto& [id, p] : t.top) lp.top.emplace_back(text.token_text(id), p);
   return lp;
@@ -141,7 +141,10 @@ std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, En
         fmt::format("model '{}' does not exist; this server serves {}", p.r.model, list), "model"};
   }
   if (endpoint == Endpoint::Chat) {
-    auto enc = p.model->text->encode_chat(p.r.messages);
+    std::vector<text::ChatMessage> conv;
+    conv.reserve(p.r.messages.size());
+    for (const Message& m : p.r.messages) conv.push_back({m.role, m.content});
+    auto enc = p.model->text->encode_chat(conv);
     if (!enc) return ApiError{ErrorKind::InvalidRequest, enc.message(), "messages"};
     p.prompt = std::move(*enc);
   } else {
@@ -190,7 +193,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   engine::GenerateRequest g;
   g.prompt = std::move(p.prompt);
   g.sampling = r.sampling;
-  g.max_tokens = std::min(r.max_tokens.value_or(n_ctx - n_prompt), n_ctx - n_prompt);
+  // No max_tokens: the server's cap (--max-tokens) bounds it; either way the context does.
+  g.max_tokens = std::min(r.max_tokens.value_or(s.opts.default_max_tokens), n_ctx - n_prompt);
   g.cancel = engine::CancelToken::make();
   engine::CancelOnDrop guard = g.cancel.cancel_on_drop();
   engine::CancelToken token = g.cancel;
@@ -288,7 +292,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       s.metrics.add_generated_tokens(1);
       if (stopped_by_string) continue;  // the engine is still finishing its current step
       if (r.logprobs) lps.push_back(to_logprob(*model->text, t));
-      auto step = stop.push(detok->push(t.id));
+      auto step = stop.push(detok.push(t.id));
       if (step.stopped) {
         stopped_by_string = true;
         token.cancel();
@@ -309,7 +313,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   // Text still held by the detokenizer or the stop matcher.
   if (!stopped_by_string) {
-    auto step = stop.push(detok->flush());
+    auto step = stop.push(detok.flush());
     std::string tail = step.emit + (step.stopped ? "" : stop.flush());
     stopped_by_string = step.stopped;
     if (r.stream && !tail.empty()) {
