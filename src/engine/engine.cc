@@ -106,6 +106,10 @@ struct Engine::Impl {
   void run_tasks();
   void publish(Req& r);
   void sync_cache_stats();
+  // KV memory of live sequences: the backend's live blocks minus those only the cache holds.
+  int64_t sequence_kv_bytes() const {
+    return backend->live_kv_bytes() - (cache ? cache->idle_bytes() : 0);
+  }
   WarmReport load_warm();
   WarmReport save_warm();
   WarmReport on_engine_thread(std::function<WarmReport()> fn);
@@ -243,7 +247,7 @@ WarmReport Engine::Impl::load_warm() {
     warm_stats.warm_blocks_loaded += rep.blocks;
     warm_stats.warm_load_seconds = rep.seconds;
   }
-  kv_bytes.store(backend->live_kv_bytes());
+  kv_bytes.store(sequence_kv_bytes());
   sync_cache_stats();
   return rep;
 }
@@ -490,7 +494,7 @@ void Engine::Impl::admit(const std::shared_ptr<const GenHooks>& snapshot) {
     r->seq = backend->new_sequence(r->prompt_len + r->max_gen, prefix);
     r->sampler.emplace(r->g.sampling, n_vocab);
     r->sampler->add_prompt(r->g.prompt);
-    kv_bytes.store(backend->live_kv_bytes());
+    kv_bytes.store(sequence_kv_bytes());
     active.push_back(std::move(r));
   }
 }
@@ -631,7 +635,7 @@ void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::s
       cache->evict_to_budget();  // blocks this sequence held may be evictable now
       sync_cache_stats();
     }
-    kv_bytes.store(backend->live_kv_bytes());
+    kv_bytes.store(sequence_kv_bytes());
     n_active.fetch_sub(1);
   } else {
     n_queued.fetch_sub(1);

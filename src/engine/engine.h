@@ -119,7 +119,8 @@ struct EngineStats {
   uint64_t steps = 0;  // forward passes run so far (liveness: must advance)
   uint64_t tokens_generated = 0;
   uint64_t prompt_tokens = 0;
-  int64_t kv_bytes = 0;  // backend live KV memory (sequences and prefix cache)
+  int64_t kv_bytes = 0;  // KV memory of live sequences (blocks only the prefix cache holds:
+                         // cache_bytes); 0 when idle
   // Prefix cache.
   uint64_t cache_hits = 0;    // admissions that reused at least one block
   uint64_t cache_misses = 0;  // admissions that could have reused blocks and found none

@@ -95,6 +95,12 @@ void PrefixCache::evict_to_budget() {
   }
 }
 
+int64_t PrefixCache::idle_bytes() const {
+  int64_t n = 0;
+  for (const auto& [k, e] : entries_) n += e.block.use_count() == 1 ? layout_.block_bytes : 0;
+  return n;
+}
+
 std::vector<const PrefixCache::Entry*> PrefixCache::hottest(int64_t max_bytes) const {
   std::vector<const Entry*> all;
   all.reserve(entries_.size());

@@ -75,6 +75,8 @@ class PrefixCache {
   std::vector<const Entry*> hottest(int64_t max_bytes) const;
 
   const PrefixCacheStats& stats() const { return stats_; }
+  // Bytes of blocks nobody but the cache holds (the rest are also live sequences' memory).
+  int64_t idle_bytes() const;
   const model::KvLayout& layout() const { return layout_; }
 
  private:

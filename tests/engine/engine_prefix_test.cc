@@ -142,6 +142,11 @@ void check_bit_identity(const std::string& path, int32_t prompt_len, int32_t n_g
   Collected other = drain(*submit_ok(e, with_logprobs(q2, n_gen)));
   EXPECT_EQ(other.done.usage.cached_tokens, prompt_len / B * B);
   expect_identical(other, cold2, "shared prefix, other question (hit)");
+  // Idle: no sequence holds KV; what is left is the cache's, and only the cache's.
+  const EngineStats st = e.stats();
+  EXPECT_EQ(st.kv_bytes, 0);
+  EXPECT_GT(st.cache_bytes, 0);
+  EXPECT_EQ(b->live_kv_bytes(), st.cache_bytes);
 }
 
 class EnginePrefixReal : public ::testing::TestWithParam<std::string> {};
