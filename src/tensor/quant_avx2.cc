@@ -338,6 +338,8 @@ KernelOverrides avx2_kernels() {
   o.quant[at(DType::Q8_1)] = quant_q8_1;
   o.quant[at(DType::Q8_K)] = quant_q8_k;
   add_avx2_gemm(&o);
+  add_avx2_attention(&o);
+  add_avx2_activations(&o);
   return o;
 }
 
