@@ -303,6 +303,7 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_ASSERT(file != nullptr);
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
+  if (opts.huge_page_weights) copy_matrices_to_arena(&w);  // else, or if it fails: the mapping
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);
