@@ -18,6 +18,7 @@ constexpr Subcommand kCommands[] = {
     {"run", ember::cli::cmd_run, "generate text from a prompt, or chat, in this process"},
     {"inspect", ember::cli::cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"fixture", ember::cli::cmd_fixture, "write a small random-weight model for tests"},
+    {"bench", ember::cli::cmd_bench, "measure prefill, decode and batched decode on this host"},
 };
 
 void usage(FILE* out) {
