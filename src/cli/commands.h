@@ -10,5 +10,6 @@ int cmd_inspect(int argc, char** argv);  // print a GGUF file's metadata and ten
 int cmd_fixture(int argc, char** argv);  // write a small random-weight test model
 int cmd_serve(int argc, char** argv);    // the OpenAI-compatible HTTP server
 int cmd_bench(int argc, char** argv);    // prefill / decode / batched-decode benchmark
+int cmd_models(int argc, char** argv);   // list the named models and where they are installed
 
 }  // namespace ember::cli
