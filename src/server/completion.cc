@@ -188,7 +188,7 @@ struct InFlight {
   }
 };
 
-TokenLogprob to_logprob(const TextCodec& text, const engine::TokenEvent& t) {
+TokenLogprob to_logprob(const text::TextCodec& text, const engine::TokenEvent& t) {
   TokenLogprob lp{text.token_text(t.id), t.logprob, {}};
   for (const auto& [id, p] : t.top) lp.top.emplace_back(text.token_text(id), p);
   return lp;
@@ -234,7 +234,10 @@ std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, En
         fmt::format("model '{}' does not exist; this server serves {}", p.r.model, list), "model"};
   }
   if (endpoint == Endpoint::Chat) {
-    auto enc = p.model->text->encode_chat(p.r.messages);
+    std::vector<text::ChatMessage> conv;
+    conv.reserve(p.r.messages.size());
+    for (const Message& m : p.r.messages) conv.push_back({m.role, m.content});
+    auto enc = p.model->text->encode_chat(conv);
     if (!enc) return ApiError{ErrorKind::InvalidRequest, enc.message(), "messages"};
     p.prompt = std::move(*enc);
   } else {
@@ -275,7 +278,9 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   engine::GenerateRequest g;
   g.prompt = std::move(p.prompt);
   g.sampling = r.sampling;
-  g.max_tokens = r.max_tokens.value_or(INT32_MAX);  // the engine clips it to the context
+  // No max_tokens: the server's cap (--max-tokens) bounds it; the engine clips either to the
+  // context (one owner for that check).
+  g.max_tokens = r.max_tokens.value_or(s.opts.default_max_tokens);
   g.cancel = engine::CancelToken::make();
   // No CancelOnDrop here: a handler torn down early (an exception, the io_context destroyed)
   // drops `sub.stream`, and a dropped stream is a cancel the engine sees at its next poll
@@ -392,7 +397,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       s.metrics.add_generated_tokens(1);
       if (stopped_by_string) continue;  // the engine is still finishing its current step
       if (r.logprobs) lps.push_back(to_logprob(*model->text, t));
-      auto step = stop.push(detok->push(t.id));
+      auto step = stop.push(detok.push(t.id));
       if (step.stopped) {
         stopped_by_string = true;
         token.cancel();
@@ -413,7 +418,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   // Text still held by the detokenizer or the stop matcher.
   if (!stopped_by_string) {
-    auto step = stop.push(detok->flush());
+    auto step = stop.push(detok.flush());
     std::string tail = step.emit + (step.stopped ? "" : stop.flush());
     stopped_by_string = step.stopped;
     if (r.stream && !tail.empty()) {

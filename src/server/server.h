@@ -20,7 +20,7 @@
 
 #include "base/result.h"
 #include "server/metrics.h"
-#include "server/text_codec.h"
+#include "text/text_codec.h"
 #include "worker/engine_client.h"
 
 namespace ember::server {
@@ -40,11 +40,13 @@ struct ServerOptions {
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
   bool handle_signals = true;                     // false in tests: call begin_drain()
+  int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
+  bool web_ui = true;                 // the chat page at / (--no-web-ui: off)
 };
 
 struct ServedModel {
   std::shared_ptr<worker::EngineClient> engine;
-  std::shared_ptr<const TextCodec> text;
+  std::shared_ptr<const text::TextCodec> text;
   std::vector<std::string> names;  // the ids /v1/models lists; `model` must be one of them
   int64_t created = 0;             // unix seconds
 };

@@ -18,6 +18,7 @@
 
 #include "server/api_error.h"
 #include "server/drain.h"
+#include "server/openai_request.h"
 #include "server/progress.h"
 #include "server/server.h"
 

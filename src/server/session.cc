@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "server/server_impl.h"
 #include "server/sse.h"
+#include "server/web_assets.h"
 
 namespace ember::server {
 
@@ -22,8 +23,18 @@ std::string_view path_of(std::string_view target) {
   return target.substr(0, target.find('?'));
 }
 
-// Route label for metrics: a known path, or "other" (unknown paths must not grow the label set).
-std::string_view route_label(std::string_view path) {
+const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
+  if (!s.opts.web_ui) return nullptr;
+  for (const WebAsset& a : web_assets()) {
+    if (a.path == path) return &a;
+  }
+  return nullptr;
+}
+
+// Route label for metrics: a known path, "web" for the chat page's files, or "other" (unknown
+// paths must not grow the label set).
+std::string_view route_label(const Server::Impl& s, std::string_view path) {
+  if (find_web_asset(s, path)) return "web";
   for (std::string_view known :
        {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
     if (path == known) return known;
@@ -115,12 +126,16 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
     return {http::status::ok, "application/json", models_body(*m), 0};
   }
   if (v1) return method_not_allowed(path, req);  // a completion route, not POSTed
+  if (const WebAsset* a = find_web_asset(s, path)) {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    return {http::status::ok, std::string(a->content_type), std::string(a->body), 0};
+  }
   return error_reply({ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
 }
 
 asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req) {
   std::string_view path = path_of(req.target());
-  std::string_view route = route_label(path);
+  std::string_view route = route_label(s, path);
   bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
   if (completion && req.method() == http::verb::post && authorized(s, req)) {
     Endpoint e = path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
