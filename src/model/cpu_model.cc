@@ -6,9 +6,10 @@
 #include <cstring>
 #include <thread>
 
-#include "model/attention.h"
 #include "model/fingerprint.h"
 #include "model/ops.h"
+#include "tensor/activation.h"
+#include "tensor/attention.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 
@@ -267,7 +268,7 @@ void CpuBackend::layer(int32_t il) {
   tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
   const int64_t F = cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
-    per_token([&](int64_t t) { ops::gelu_mul(&gate_[t * F], &up_[t * F], F); });
+    per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });
   } else {
     per_token([&](int64_t t) {
       for (int64_t i = t * F; i < (t + 1) * F; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
@@ -284,9 +285,10 @@ void CpuBackend::layer(int32_t il) {
 
 // Causal attention of every token over its own sequence's cache, which already holds this
 // chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
-// share the keys, the values and the causal range, so they run together (ops::attend_group).
-// The range [lo, pos] is read block by block as segments; a sliding window is a mask on the
-// range (every block keeps full history), so reused blocks are read exactly as fresh ones.
+// share the keys, the values and the causal range, so they run together
+// (tensor::attend_group_segments). The range [lo, pos] is read block by block as segments; a
+// sliding window is a mask on the range (every block keeps full history), so reused blocks are
+// read exactly as fresh ones.
 void CpuBackend::attention(int32_t il) {
   const int32_t hd = cfg_.head_dim;
   const int32_t group = cfg_.n_head / cfg_.n_head_kv;
@@ -295,7 +297,7 @@ void CpuBackend::attention(int32_t il) {
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
   pool_.parallel_for(n_tok_ * cfg_.n_head_kv, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
-    thread_local std::vector<ops::KvSegment> segs;
+    thread_local std::vector<tensor::KvSegment> segs;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / cfg_.n_head_kv;
       const int32_t kvh = static_cast<int32_t>(task % cfg_.n_head_kv);
@@ -316,9 +318,9 @@ void CpuBackend::attention(int32_t il) {
         p += m;
       }
       const int64_t h0 = int64_t{kvh} * group * hd;
-      ops::attend_group_segments(&q_[t * q_dim_ + h0], hd, group, segs.data(),
-                                 static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
-                                 scores.data(), &attn_[t * q_dim_ + h0], hd);
+      tensor::attend_group_segments(&q_[t * q_dim_ + h0], hd, group, segs.data(),
+                                    static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
+                                    scores.data(), &attn_[t * q_dim_ + h0], hd);
     }
   });
 }
@@ -350,6 +352,7 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_ASSERT(file != nullptr);
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
+  if (opts.huge_page_weights) copy_matrices_to_arena(&w);  // else, or if it fails: the mapping
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);

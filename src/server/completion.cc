@@ -430,7 +430,9 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   }
 
   const bool cancelled = done->reason == engine::FinishReason::Cancelled && !stopped_by_string;
-  if (cancelled) {
+  // A client that left or stopped reading before its answer was written was cut off, even when
+  // the engine had finished: counted with the server's cause.
+  if (cancelled || watch->cause) {
     auto cause = watch->cause.value_or(done->cause);
     s.metrics.count_cancellation(engine::cancel_cause_name(cause));
   }

@@ -1,87 +1,20 @@
-#include "model/attention.h"
-
-#include "base/result.h"
+// The AVX2 + FMA attention kernel (attention.h), registered for the avx2 level and inherited
+// by avx512-vnni: up to four queries of a GQA group at once, each 8-float chunk of a key row
+// loaded once for all of them. Positions come as segments (KV blocks); the result does not depend
+// on how they are cut. Head sizes that are not a multiple of 32 use the reference.
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "tensor/attention.h"
+#include "tensor/quant_simd.h"
 
-namespace ember::model::ops {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-// ifunc resolvers run before sanitizer runtimes are initialised, so sanitizer builds use the
-// default clone only.
-#define EMBER_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EMBER_VECTOR_CLONES
-#endif
-
-// Eight partial sums let the compiler vectorize the dot product without reassociating; the
-// clone for x86-64-v3 gets 8-wide AVX2. Positions come in segments (KV blocks); each score and
-// each output element is accumulated in position order, so segmentation never changes a bit.
-EMBER_VECTOR_CLONES
-void attend_one_segments(const float* __restrict q, const KvSegment* segs, int32_t n_segs,
-                         int64_t stride, int32_t n, int32_t hd, float scale,
-                         float* __restrict scores, float* __restrict out) {
-  float mx = -INFINITY;
-  int32_t p = 0;
-  for (int32_t s = 0; s < n_segs; ++s) {
-    for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
-      const float* kp = segs[s].k + i * stride;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int32_t d = 0;
-      for (; d + 8 <= hd; d += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
-      }
-      float sc = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-      for (; d < hd; ++d) sc += q[d] * kp[d];
-      scores[p] = sc * scale;
-      mx = std::max(mx, scores[p]);
-    }
-  }
-  EMBER_ASSERT(p == n);
-  float sum = 0;
-  for (p = 0; p < n; ++p) {
-    scores[p] = std::exp(scores[p] - mx);
-    sum += scores[p];
-  }
-  std::fill(out, out + hd, 0.f);
-  const float inv = 1.f / sum;
-  p = 0;
-  for (int32_t s = 0; s < n_segs; ++s) {
-    for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
-      const float w = scores[p] * inv;
-      const float* vp = segs[s].v + i * stride;
-      int32_t d = 0;
-      for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
-        for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
-      }
-      for (; d < hd; ++d) out[d] += w * vp[d];
-    }
-  }
-}
-
-void attend_one(const float* q, const float* k, const float* v, int64_t stride, int32_t n,
-                int32_t hd, float scale, float* scores, float* out) {
-  const KvSegment seg{k, v, n};
-  attend_one_segments(q, &seg, 1, stride, n, hd, scale, scores, out);
-}
-
+namespace ember::tensor::simd {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define EMBER_HAVE_AVX2_ATTENTION 1
 // Loops over queries and chunks must unroll, or the accumulators live on the stack.
 #define EMBER_UNROLL _Pragma("GCC unroll 8")
-
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
 
 // The reference's combination of its eight partial sums: ((0+4)+(1+5)) + ((2+6)+(3+7)).
 __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
@@ -195,47 +128,41 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
     }
   }
 }
-#endif
+__attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int64_t q_stride,
+                                                           int32_t nq, const KvSegment* segs,
+                                                           int32_t n_segs, int64_t kv_stride,
+                                                           int32_t n, int32_t hd, float scale,
+                                                           float* scores, float* out,
+                                                           int64_t out_stride) {
+  if (hd % 32 != 0) {
+    ref::attend_group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
+                               out_stride);
+    return;
+  }
+  for (int32_t g = 0; g < nq; g += 4) {
+    const float* qg = q + g * q_stride;
+    float* og = out + g * out_stride;
+    switch (std::min(4, nq - g)) {
+      case 4:
+        group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      case 3:
+        group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      case 2:
+        group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      default:
+        group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+    }
+  }
+}
 
 }  // namespace
 
-void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
-                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride) {
-#ifdef EMBER_HAVE_AVX2_ATTENTION
-  if (hd % 32 == 0 && cpu_has_avx2_fma()) {
-    for (int32_t g = 0; g < nq; g += 4) {
-      const float* qg = q + g * q_stride;
-      float* og = out + g * out_stride;
-      switch (std::min(4, nq - g)) {
-        case 4:
-          group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-        case 3:
-          group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-        case 2:
-          group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-        default:
-          group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-      }
-    }
-    return;
-  }
-#endif
-  for (int32_t g = 0; g < nq; ++g) {
-    attend_one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
-                        out + g * out_stride);
-  }
+void add_avx2_attention(KernelOverrides* o) {
+  o->attend_group = &attend_group_avx2;
 }
 
-void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
-                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
-                  int64_t out_stride) {
-  const KvSegment seg{k, v, n};
-  attend_group_segments(q, q_stride, nq, &seg, 1, kv_stride, n, hd, scale, scores, out, out_stride);
-}
-
-}  // namespace ember::model::ops
+}  // namespace ember::tensor::simd
