@@ -41,6 +41,7 @@ struct ServeOptions {
   int io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";
+  std::vector<std::string> cors_origins;
 };
 
 std::chrono::milliseconds ms(double seconds) {
@@ -149,6 +150,11 @@ int cmd_serve(int argc, char** argv) {
       ->envname("EMBER_STALL_LIMIT")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--cors-origins", o.cors_origins,
+                 "origins browsers may call from (CORS), e.g. https://app.example; '*': any; "
+                 "default: none")
+      ->envname("EMBER_CORS_ORIGINS")
+      ->delimiter(',');
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")
       ->envname("EMBER_LOG_LEVEL")
       ->capture_default_str();
@@ -170,6 +176,7 @@ int cmd_serve(int argc, char** argv) {
   so.body_timeout = ms(o.body_timeout_s);
   so.drain_timeout = ms(o.drain_timeout_s);
   so.stall_limit = ms(o.stall_limit_s);
+  so.cors_origins = o.cors_origins;
   server::Server srv(so);
   auto port = srv.listen();
   if (!port) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -11,6 +12,8 @@
 
 #include "base/result.h"
 #include "server/openai_request.h"
+#include "text/grammar_mask.h"
+#include "text/tool_calls.h"
 
 namespace ember::text {
 class Tokenizer;
@@ -29,8 +32,22 @@ class Detokenizer {
 class TextCodec {
  public:
   virtual ~TextCodec() = default;
-  // Applies the chat template (with the generation prompt) and tokenizes the result.
-  virtual Result<std::vector<int32_t>> encode_chat(const std::vector<Message>& messages) const = 0;
+  // Applies the chat template (with the generation prompt) and tokenizes the result. `tools`:
+  // the OpenAI tools array or null; with tools or a tool history, a template that renders
+  // tools is used (the model's own, or ember's ChatML tool template for ChatML models).
+  virtual Result<std::vector<int32_t>> encode_chat(const std::vector<Message>& messages,
+                                                   const nlohmann::ordered_json& tools) const = 0;
+  Result<std::vector<int32_t>> encode_chat(const std::vector<Message>& messages) const {
+    return encode_chat(messages, nullptr);
+  }
+  // The text of token ids (completions `echo` of a token-id prompt).
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // How the model writes tool calls (from the template tools are rendered with).
+  virtual text::ToolFormat tool_format() const = 0;
+  // A grammar compiled against this vocabulary, cached by `key` (so repeated requests with the
+  // same schema reuse its masks); `build` runs on a miss. Errors are build's.
+  virtual Result<std::shared_ptr<const text::CompiledGrammar>> grammar(
+      const std::string& key, const std::function<Result<text::Grammar>()>& build) const = 0;
   // A raw completion prompt: BOS added as the vocabulary asks, special tokens not parsed.
   virtual std::vector<int32_t> encode_prompt(std::string_view prompt) const = 0;
   virtual std::unique_ptr<Detokenizer> detokenizer() const = 0;
