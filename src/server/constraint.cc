@@ -32,7 +32,7 @@ bool forces_tool_call(const CompletionRequest& r) {
 }
 
 std::variant<std::shared_ptr<engine::TokenConstraint>, ApiError> make_constraint(
-    const CompletionRequest& r, const TextCodec& text) {
+    const CompletionRequest& r, const text::TextCodec& text) {
   std::string key;
   std::function<Result<text::Grammar>()> build;
   const char* param = "response_format";

@@ -10,14 +10,14 @@
 #include "engine/request.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
-#include "server/text_codec.h"
+#include "text/text_codec.h"
 
 namespace ember::server {
 
 // Null when the request constrains nothing. Errors (400): a schema the grammar cannot enforce,
 // naming the feature and where it is.
 std::variant<std::shared_ptr<engine::TokenConstraint>, ApiError> make_constraint(
-    const CompletionRequest& r, const TextCodec& text);
+    const CompletionRequest& r, const text::TextCodec& text);
 
 // Whether the request forces a tool call (the answer is then parsed as calls).
 bool forces_tool_call(const CompletionRequest& r);

@@ -427,10 +427,11 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
       return e;
     }
   }
+  // `null` means unset for every optional field: a null max_completion_tokens leaves
+  // max_tokens in force (clients serialise unset fields as null).
   std::optional<int64_t> n;
-  const char* max_key =
-      body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto e = read_int(body, max_key, 1, INT32_MAX, &n)) return e;
+  if (auto e = read_int(body, "max_tokens", 1, INT32_MAX, &n)) return e;
+  if (auto e = read_int(body, "max_completion_tokens", 1, INT32_MAX, &n)) return e;
   if (n) r->max_tokens = static_cast<int32_t>(*n);
 
   engine::SamplingParams& s = r->sampling;
@@ -495,6 +496,29 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
 }
 
 }  // namespace
+
+json template_messages(const std::vector<Message>& messages) {
+  json out = json::array();
+  for (const Message& m : messages) {
+    json j = {{"role", m.role}};
+    j["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(m.content);
+    if (!m.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallIn& c : m.tool_calls) {
+        json args = json::parse(c.arguments, nullptr, false);
+        if (args.is_discarded()) args = c.arguments;
+        calls.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", std::move(args)}}}});
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) j["name"] = m.name;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    Endpoint endpoint) {

@@ -68,6 +68,11 @@ struct CompletionRequest {
   nlohmann::ordered_json json_schema;  // JsonSchema: the schema
 };
 
+// Messages as chat templates see them (Hugging Face's shape): tool calls with their arguments
+// as an object when they are JSON (templates print them with tojson), content null for an
+// assistant turn that only called tools, tool results with their call id.
+nlohmann::ordered_json template_messages(const std::vector<Message>& messages);
+
 // Errors (400): malformed JSON, wrong types, empty messages, out-of-range values,
 // unsupported parameters. `model` is checked later against the served names.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
