@@ -71,6 +71,10 @@ class Backend {
   virtual int32_t n_ctx() const = 0;  // context size in effect (LoadOptions::n_ctx resolved)
   // capacity: the most tokens the sequence may hold (<= the context size).
   virtual std::unique_ptr<Sequence> new_sequence(int32_t capacity) = 0;
+  // A new sequence holding the same KV as `src` (positions [0, src.length())), to continue
+  // independently (n > 1 choices share one prefill). capacity >= src.length(). The one place
+  // that decides whether the two copy or share their KV memory.
+  virtual std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) = 0;
   // Runs all items as one batch: decode steps of many sequences and prefill chunks share one
   // pass over the weights. For each item with want_logits, in order, n_vocab floats are
   // written to `logits` (which must hold that many).

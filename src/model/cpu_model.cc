@@ -51,6 +51,18 @@ void CpuSequence::reserve(int32_t n) {
   alloc_ = next;
 }
 
+void CpuSequence::copy_from(const CpuSequence& src) {
+  EMBER_ASSERT(src.n_layer_ == n_layer_ && src.kv_dim_ == kv_dim_ && length_ == 0);
+  reserve(src.length_);
+  const size_t bytes = static_cast<size_t>(src.length_) * kv_dim_ * sizeof(float);
+  for (int32_t il = 0; il < n_layer_; ++il) {
+    if (bytes == 0) break;
+    std::memcpy(k_[il].get(), src.k_[il].get(), bytes);
+    std::memcpy(v_[il].get(), src.v_[il].get(), bytes);
+  }
+  length_ = src.length_;
+}
+
 // ---- CpuBackend ----
 
 CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, Weights w,
@@ -67,6 +79,14 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, 
 std::unique_ptr<Sequence> CpuBackend::new_sequence(int32_t capacity) {
   EMBER_ASSERT(capacity > 0 && capacity <= n_ctx_);
   return std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, capacity, live_bytes_);
+}
+
+std::unique_ptr<Sequence> CpuBackend::fork_sequence(const Sequence& src, int32_t capacity) {
+  const auto& from = static_cast<const CpuSequence&>(src);
+  EMBER_ASSERT(from.owner() == this && capacity >= from.length() && capacity <= n_ctx_);
+  auto seq = std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, capacity, live_bytes_);
+  seq->copy_from(from);
+  return seq;
 }
 
 Status CpuBackend::check(std::span<const ForwardItem> items, size_t n_logits) const {

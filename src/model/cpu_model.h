@@ -30,6 +30,8 @@ class CpuSequence final : public Sequence {
   // Makes room for positions [0, n); n <= capacity.
   void reserve(int32_t n);
   void advance(int32_t n) { length_ += n; }
+  // Copies the KV of positions [0, src.length()) (same shape) and takes that length.
+  void copy_from(const CpuSequence& src);
   float* k(int32_t il, int32_t pos) { return k_[il].get() + static_cast<size_t>(pos) * kv_dim_; }
   float* v(int32_t il, int32_t pos) { return v_[il].get() + static_cast<size_t>(pos) * kv_dim_; }
 
@@ -48,6 +50,7 @@ class CpuBackend final : public Backend {
   const ModelConfig& config() const override { return cfg_; }
   int32_t n_ctx() const override { return n_ctx_; }
   std::unique_ptr<Sequence> new_sequence(int32_t capacity) override;
+  std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) override;
   Status forward(std::span<const ForwardItem> items, std::span<float> logits) override;
   int64_t live_kv_bytes() const override { return live_bytes_->load(); }
 

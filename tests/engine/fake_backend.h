@@ -72,6 +72,8 @@ class FakeBackend final : public model::Backend {
   const model::ModelConfig& config() const override { return cfg_; }
   int32_t n_ctx() const override { return opts_.n_ctx; }
   std::unique_ptr<model::Sequence> new_sequence(int32_t capacity) override;
+  std::unique_ptr<model::Sequence> fork_sequence(const model::Sequence& src,
+                                                 int32_t capacity) override;
   Status forward(std::span<const model::ForwardItem> items, std::span<float> logits) override;
   int64_t live_kv_bytes() const override { return live_bytes_->load(); }
 
@@ -80,6 +82,7 @@ class FakeBackend final : public model::Backend {
 
   int64_t forward_calls() const { return calls_.load(); }
   int64_t sequences_created() const { return created_.load(); }
+  int64_t sequences_forked() const { return forks_.load(); }
   std::vector<ForwardRecord> records() const {
     std::lock_guard lk(mu_);
     return records_;
@@ -89,7 +92,7 @@ class FakeBackend final : public model::Backend {
   FakeOptions opts_;
   model::ModelConfig cfg_;
   std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
-  std::atomic<int64_t> calls_{0}, created_{0};
+  std::atomic<int64_t> calls_{0}, created_{0}, forks_{0};
   mutable std::mutex mu_;
   std::vector<ForwardRecord> records_;
 };
@@ -106,6 +109,16 @@ inline std::unique_ptr<model::Sequence> FakeBackend::new_sequence(int32_t capaci
   uint64_t uid = uint64_t(created_.fetch_add(1));
   return std::make_unique<fake_detail::FakeSequence>(
       uid, capacity, capacity * opts_.kv_bytes_per_token, live_bytes_);
+}
+
+inline std::unique_ptr<model::Sequence> FakeBackend::fork_sequence(const model::Sequence& src,
+                                                                   int32_t capacity) {
+  const auto& from = dynamic_cast<const fake_detail::FakeSequence&>(src);
+  EMBER_ASSERT(capacity >= from.length());
+  forks_.fetch_add(1);
+  auto seq = new_sequence(capacity);
+  static_cast<fake_detail::FakeSequence&>(*seq).tokens = from.tokens;
+  return seq;
 }
 
 inline void FakeBackend::logits_for(std::span<const int32_t> history, std::span<float> out) const {
