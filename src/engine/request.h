@@ -27,6 +27,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0xE3BE5EEDull;  // same seed + same params + same prompt = same tokens
   int32_t top_logprobs = 0;       // 0..20 alternatives reported per token
+  // Report the chosen token's log-probability (a softmax over the vocabulary per token).
+  // Callers that never read TokenEvent::logprob turn it off: greedy decode then costs one
+  // argmax over the logits. top_logprobs > 0 implies it.
+  bool logprobs = true;
 };
 
 struct GenerateRequest {

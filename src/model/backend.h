@@ -82,6 +82,9 @@ class Backend {
 struct LoadOptions {
   int32_t n_threads = 0;  // 0: all cores
   int32_t n_ctx = 0;      // 0: min(n_ctx_train, 4096)
+  // Copy the weight matrices out of the file mapping into huge-page memory (weights.h); off:
+  // stream them from the mapping (zero-copy, 4 KiB pages).
+  bool huge_page_weights = true;
 };
 
 // Loads weights from the file (kept mapped; zero-copy). Errors: unknown architecture, a

@@ -6,8 +6,9 @@
 #include <cstring>
 #include <thread>
 
-#include "model/attention.h"
 #include "model/ops.h"
+#include "tensor/activation.h"
+#include "tensor/attention.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 
@@ -231,7 +232,7 @@ void CpuBackend::layer(int32_t il) {
   tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
   const int64_t F = cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
-    per_token([&](int64_t t) { ops::gelu_mul(&gate_[t * F], &up_[t * F], F); });
+    per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });
   } else {
     per_token([&](int64_t t) {
       for (int64_t i = t * F; i < (t + 1) * F; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
@@ -248,7 +249,7 @@ void CpuBackend::layer(int32_t il) {
 
 // Causal attention of every token over its own sequence's cache, which already holds this
 // chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
-// share the keys, the values and the causal range, so they run together (ops::attend_group).
+// share the keys, the values and the causal range, so they run together (tensor::attend_group).
 void CpuBackend::attention(int32_t il) {
   const int32_t hd = cfg_.head_dim;
   const int32_t group = cfg_.n_head / cfg_.n_head_kv;
@@ -268,9 +269,9 @@ void CpuBackend::attention(int32_t il) {
       const size_t need = static_cast<size_t>(n) * static_cast<size_t>(group);
       if (scores.size() < need) scores.resize(need);
       const int64_t h0 = int64_t{kvh} * group * hd;
-      ops::attend_group(&q_[t * q_dim_ + h0], hd, group, seq->k(il, lo) + kvh * hd,
-                        seq->v(il, lo) + kvh * hd, kv_dim_, n, hd, scale, scores.data(),
-                        &attn_[t * q_dim_ + h0], hd);
+      tensor::attend_group(&q_[t * q_dim_ + h0], hd, group, seq->k(il, lo) + kvh * hd,
+                           seq->v(il, lo) + kvh * hd, kv_dim_, n, hd, scale, scores.data(),
+                           &attn_[t * q_dim_ + h0], hd);
     }
   });
 }
@@ -302,6 +303,7 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_ASSERT(file != nullptr);
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
+  if (opts.huge_page_weights) copy_matrices_to_arena(&w);  // else, or if it fails: the mapping
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);

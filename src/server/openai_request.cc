@@ -280,6 +280,7 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
     if (r->echo) return ApiError{ErrorKind::Unsupported, "'echo' is not supported yet", "echo"};
   }
   s.top_logprobs = r->top_logprobs;
+  s.logprobs = r->logprobs;
   if (auto it = body.find("user"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return bad("user", "'user' must be a string");
     r->user = it->get<std::string>();

@@ -236,23 +236,43 @@ EMBER_AVX2 inline __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_permutevar8x32_epi32(all, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// One 32-float block as the reference quantizes it: the scale d = amax / 127 and the levels
+// round(x / d) (ties away from zero) as int32 lanes.
+EMBER_AVX2 inline float quant_block_32(const float* x, __m256i (&q)[4]) {
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), m = _mm256_max_ps(m, abs_ps(v[k]));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127;
+  const float id = d ? 1.0f / d : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], vid)));
+  return d;
+}
+
 EMBER_AVX2 void quant_q8_0(const float* x, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    __m256 v[4];
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k)
-      v[k] = _mm256_loadu_ps(x + 8 * k), m = _mm256_max_ps(m, abs_ps(v[k]));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127;
-    const float id = d ? 1.0f / d : 0.0f;
-    y[i].d = float_to_half(d);
-    const __m256 vid = _mm256_set1_ps(id);
     __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], vid)));
+    y[i].d = float_to_half(quant_block_32(x, q));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_32(q[0], q[1], q[2], q[3]));
+  }
+}
+
+// Q8_1 (activations of Q4_1 / Q5_1): Q8_0's levels plus s = d * sum(levels); the levels are in
+// [-127, 127], so their int32 sum is exact and packing does not saturate.
+EMBER_AVX2 void quant_q8_1(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    __m256i q[4];
+    const float d = quant_block_32(x, q);
+    y[i].d = float_to_half(d);
+    const int sum =
+        hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    y[i].s = float_to_half(static_cast<float>(sum) * d);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_32(q[0], q[1], q[2], q[3]));
   }
 }
@@ -320,8 +340,11 @@ KernelOverrides avx2_kernels() {
   o.dot[at(DType::Q4_K)] = dot_q4_k;
   o.dot[at(DType::Q6_K)] = dot_q6_k;
   o.quant[at(DType::Q8_0)] = quant_q8_0;
+  o.quant[at(DType::Q8_1)] = quant_q8_1;
   o.quant[at(DType::Q8_K)] = quant_q8_k;
   add_avx2_gemm(&o);
+  add_avx2_attention(&o);
+  add_avx2_activations(&o);
   return o;
 }
 

@@ -1,71 +1,19 @@
-#include "model/attention.h"
+// The AVX2 + FMA attention kernel (attention.h), registered for the avx2 level and inherited
+// by avx512-vnni: up to four queries of a GQA group at once, each 8-float chunk of a key row
+// loaded once for all of them. Head sizes that are not a multiple of 32 use the reference.
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "tensor/attention.h"
+#include "tensor/quant_simd.h"
 
-namespace ember::model::ops {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-// ifunc resolvers run before sanitizer runtimes are initialised, so sanitizer builds use the
-// default clone only.
-#define EMBER_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EMBER_VECTOR_CLONES
-#endif
-
-// Eight partial sums let the compiler vectorize the dot product without reassociating; the
-// clone for x86-64-v3 gets 8-wide AVX2.
-EMBER_VECTOR_CLONES
-void attend_one(const float* __restrict q, const float* __restrict k, const float* __restrict v,
-                int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
-                float* __restrict out) {
-  float mx = -INFINITY;
-  for (int32_t p = 0; p < n; ++p) {
-    const float* kp = k + p * stride;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int32_t d = 0;
-    for (; d + 8 <= hd; d += 8) {
-      for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
-    }
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < hd; ++d) s += q[d] * kp[d];
-    scores[p] = s * scale;
-    mx = std::max(mx, scores[p]);
-  }
-  float sum = 0;
-  for (int32_t p = 0; p < n; ++p) {
-    scores[p] = std::exp(scores[p] - mx);
-    sum += scores[p];
-  }
-  std::fill(out, out + hd, 0.f);
-  const float inv = 1.f / sum;
-  for (int32_t p = 0; p < n; ++p) {
-    const float w = scores[p] * inv;
-    const float* vp = v + p * stride;
-    int32_t d = 0;
-    for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
-      for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
-    }
-    for (; d < hd; ++d) out[d] += w * vp[d];
-  }
-}
-
+namespace ember::tensor::simd {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define EMBER_HAVE_AVX2_ATTENTION 1
 // Loops over queries and chunks must unroll, or the accumulators live on the stack.
 #define EMBER_UNROLL _Pragma("GCC unroll 8")
-
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
 
 // The reference's combination of its eight partial sums: ((0+4)+(1+5)) + ((2+6)+(3+7)).
 __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
@@ -165,39 +113,38 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
     }
   }
 }
-#endif
 
-}  // namespace
-
-void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
-                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
-                  int64_t out_stride) {
-#ifdef EMBER_HAVE_AVX2_ATTENTION
-  if (hd % 32 == 0 && cpu_has_avx2_fma()) {
-    for (int32_t g = 0; g < nq; g += 4) {
-      const float* qg = q + g * q_stride;
-      float* og = out + g * out_stride;
-      switch (std::min(4, nq - g)) {
-        case 4:
-          group4<4>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-        case 3:
-          group4<3>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-        case 2:
-          group4<2>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-        default:
-          group4<1>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
-          break;
-      }
-    }
+__attribute__((target("avx2,fma"))) void attend_group_avx2(
+    const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v, int64_t kv_stride,
+    int32_t n, int32_t hd, float scale, float* scores, float* out, int64_t out_stride) {
+  if (hd % 32 != 0) {
+    ref::attend_group(q, q_stride, nq, k, v, kv_stride, n, hd, scale, scores, out, out_stride);
     return;
   }
-#endif
-  for (int32_t g = 0; g < nq; ++g) {
-    attend_one(q + g * q_stride, k, v, kv_stride, n, hd, scale, scores, out + g * out_stride);
+  for (int32_t g = 0; g < nq; g += 4) {
+    const float* qg = q + g * q_stride;
+    float* og = out + g * out_stride;
+    switch (std::min(4, nq - g)) {
+      case 4:
+        group4<4>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      case 3:
+        group4<3>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      case 2:
+        group4<2>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      default:
+        group4<1>(qg, q_stride, k, v, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+    }
   }
 }
 
-}  // namespace ember::model::ops
+}  // namespace
+
+void add_avx2_attention(KernelOverrides* o) {
+  o->attend_group = &attend_group_avx2;
+}
+
+}  // namespace ember::tensor::simd
