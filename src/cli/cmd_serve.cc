@@ -42,6 +42,7 @@ struct ServeOptions {
   int io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";
+  std::vector<std::string> cors_origins;
   std::string system_prompt = text::kDefaultSystemPrompt;
   int max_tokens = 4096;
   bool no_web_ui = false;
@@ -169,6 +170,11 @@ int cmd_serve(int argc, char** argv) {
       ->envname("EMBER_STALL_LIMIT")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--cors-origins", o.cors_origins,
+                 "origins browsers may call from (CORS), e.g. https://app.example; '*': any; "
+                 "default: none")
+      ->envname("EMBER_CORS_ORIGINS")
+      ->delimiter(',');
   app.add_option("--system-prompt", o.system_prompt,
                  "system prompt for chats that bring none (\"\": none)")
       ->envname("EMBER_SYSTEM_PROMPT")
@@ -217,6 +223,7 @@ int cmd_serve(int argc, char** argv) {
   so.write_timeout = ms(o.write_timeout_s);
   so.drain_timeout = ms(o.drain_timeout_s);
   so.stall_limit = ms(o.stall_limit_s);
+  so.cors_origins = o.cors_origins;
   so.default_max_tokens = o.max_tokens;
   so.web_ui = !o.no_web_ui;
   server::Server srv(so);

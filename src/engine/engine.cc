@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -60,6 +61,9 @@ struct Req {
   uint64_t chain_key = 0;    // prefix-cache key of block published - 1 (root if none)
   bool seeded = false;       // the first token has been produced
   bool finished = false;
+  std::shared_ptr<TokenConstraint> constraint;  // this choice's own; null: any token
+  // n > 1: choices 1..n-1, registered and counted but not yet active; they fork at the seed.
+  std::vector<std::shared_ptr<Req>> forks;
 };
 
 enum class Site { PrefillChunk, Seed, DecodeStep };
@@ -100,6 +104,7 @@ struct Engine::Impl {
   std::vector<Req*> batch;
   std::vector<model::ForwardItem> items;
   std::vector<float> logits;
+  std::vector<float> shaped;  // one row of logits after logit_bias and the constraint's mask
   std::thread thread;
 
   void run();
@@ -120,6 +125,7 @@ struct Engine::Impl {
   Clock::time_point cancel_requested_at(const Req& r, Clock::time_point now) const;
   CancelCause poll_site(Req& r);
   void produce(Req& r, const float* row);
+  void fork_choices(Req& parent, const float* row);
   void finish(Req& r, FinishReason reason, CancelCause cause, std::string message);
   std::optional<SubmitError> validate(const GenerateRequest& g) const;
   bool is_eog(int32_t tok) const {
@@ -368,6 +374,19 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
     return bad(K::InvalidRequest,
                fmt::format("repeat_penalty must be > 0 (got {})", s.repeat_penalty));
   }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
+      return bad(K::InvalidRequest,
+                 fmt::format("logit_bias: token {} (bias {}) is outside the vocabulary (0..{}) "
+                             "or not finite",
+                             id, bias, n_vocab - 1));
+    }
+  }
+  if (g.n < 1) return bad(K::InvalidRequest, fmt::format("n must be at least 1 (got {})", g.n));
+  if (g.n > opts.max_sequences) {
+    return bad(K::InvalidRequest, fmt::format("n is {}, but at most {} sequences run at once", g.n,
+                                              opts.max_sequences));
+  }
   if (s.top_logprobs < 0 || s.top_logprobs > 20) {
     return bad(K::InvalidRequest,
                fmt::format("top_logprobs must be in 0..20 (got {})", s.top_logprobs));
@@ -385,6 +404,8 @@ SubmitResult Engine::submit(GenerateRequest req) {
   r->g = std::move(req);
   r->prompt_len = static_cast<int32_t>(r->g.prompt.size());
   r->t_submit = Clock::now();
+  r->constraint = r->g.constraint;
+  const int32_t n = r->g.n;
   {
     std::lock_guard lk(impl_->mu);
     if (impl_->shutdown.load()) {
@@ -392,7 +413,7 @@ SubmitResult Engine::submit(GenerateRequest req) {
       return res;
     }
     const int32_t limit = impl_->opts.max_sequences + impl_->opts.max_queued;
-    if (impl_->in_flight >= limit) {
+    if (impl_->in_flight + n > limit) {
       // Fail fast rather than queue without bound: the caller can shed load (HTTP 503).
       res.error = SubmitError{
           SubmitError::Kind::Overloaded,
@@ -401,12 +422,29 @@ SubmitResult Engine::submit(GenerateRequest req) {
                       impl_->in_flight, impl_->opts.max_sequences, impl_->opts.max_queued)};
       return res;
     }
-    r->id = impl_->next_id++;
-    r->ch = std::make_shared<EventChannel>(r->id, impl_->opts.event_queue_capacity);
+    auto enlist = [&](Req& q) {
+      q.id = impl_->next_id++;
+      q.ch = std::make_shared<EventChannel>(q.id, impl_->opts.event_queue_capacity);
+      impl_->in_flight++;
+      impl_->n_queued.fetch_add(1);
+    };
+    enlist(*r);
     res.stream = std::make_shared<StreamHandle>(r->ch);
-    impl_->registry.emplace(r->id, r);
-    impl_->in_flight++;
-    impl_->n_queued.fetch_add(1);
+    for (int32_t i = 1; i < n; ++i) {
+      auto f = std::make_shared<Req>();
+      f->g.sampling = r->g.sampling;
+      f->g.sampling.seed = r->g.sampling.seed + uint64_t(i);
+      f->g.max_tokens = r->g.max_tokens;
+      f->g.cancel = r->g.cancel;
+      f->g.deadline = r->g.deadline;
+      f->prompt_len = r->prompt_len;
+      f->t_submit = r->t_submit;
+      enlist(*f);
+      impl_->registry[f->id] = f;
+      res.forks.push_back(std::make_shared<StreamHandle>(f->ch));
+      r->forks.push_back(std::move(f));
+    }
+    impl_->registry[r->id] = r;
     impl_->inbox.push_back(std::move(r));
   }
   impl_->cv.notify_all();
@@ -469,15 +507,23 @@ void Engine::Impl::sweep_waiting() {
 }
 
 void Engine::Impl::admit(const std::shared_ptr<const GenHooks>& snapshot) {
-  while (!waiting.empty() && active.size() < size_t(opts.max_sequences)) {
+  while (!waiting.empty()) {
+    // A request with n choices needs n slots (its forks join at the seed).
+    const size_t need = 1 + waiting.front()->forks.size();
+    if (active.size() + need > size_t(opts.max_sequences)) break;
     std::shared_ptr<Req> r = std::move(waiting.front());
     waiting.pop_front();
     r->t_admit = Clock::now();
     r->hooks = snapshot;
     r->max_gen = std::min(r->g.max_tokens, n_ctx - r->prompt_len);
-    n_queued.fetch_sub(1);
-    n_active.fetch_add(1);
+    n_queued.fetch_sub(int32_t(need));
+    n_active.fetch_add(int32_t(need));
     n_prompt.fetch_add(uint64_t(r->prompt_len));
+    for (auto& f : r->forks) {
+      f->t_admit = r->t_admit;
+      f->hooks = snapshot;
+      f->max_gen = r->max_gen;
+    }
     EMBER_ASSERT(r->max_gen >= 1);  // validate(): the prompt leaves room for one token
     // A fresh sequence per request, destroyed at finish: no state can leak between requests.
     // It starts on the longest cached prefix, leaving at least one prompt token for the seed.
@@ -577,22 +623,61 @@ void Engine::Impl::step() {
   std::erase_if(active, [](const auto& r) { return r->finished; });
 }
 
+// n > 1: at the seed, each pending choice takes a copy of the prefilled sequence and samples
+// its first token from the same logits. A choice cancelled meanwhile ends here, unforked.
+void Engine::Impl::fork_choices(Req& parent, const float* row) {
+  std::vector<std::shared_ptr<Req>> forks = std::move(parent.forks);
+  parent.forks.clear();
+  for (auto& f : forks) {
+    CancelCause c = check(*f, /*counted=*/false);
+    if (c != CancelCause::None) {
+      finish(*f, FinishReason::Cancelled, c, "");
+      continue;
+    }
+    f->seq = backend->fork_sequence(*parent.seq, f->prompt_len + f->max_gen);
+    f->sampler.emplace(f->g.sampling, n_vocab);
+    f->sampler->add_prompt(parent.g.prompt);
+    if (parent.constraint) f->constraint = parent.constraint->clone();
+    // The fork holds the parent's blocks: it continues the parent's prefix-cache chain.
+    f->cached = parent.cached;
+    f->published = parent.published;
+    f->chain_key = parent.chain_key;
+    Req& q = *f;
+    active.push_back(std::move(f));  // before produce: finish() may run and must find it there
+    produce(q, row);
+  }
+  kv_bytes.store(sequence_kv_bytes());
+}
+
 // Samples the next token from `row` and delivers it (or finishes the request).
 void Engine::Impl::produce(Req& r, const float* row) {
   if (!r.seeded) {
     r.pos = r.prompt_len;
     r.seeded = true;
     r.t_first = Clock::now();
+    if (!r.forks.empty()) fork_choices(r, row);
   } else {
     ++r.decode_step;
   }
-  TokenChoice c = r.sampler->sample(std::span<const float>(row, size_t(n_vocab)));
+  std::span<const float> use(row, size_t(n_vocab));
+  if (!r.g.sampling.logit_bias.empty() || r.constraint) {
+    shaped.assign(row, row + n_vocab);
+    for (const auto& [id, bias] : r.g.sampling.logit_bias) shaped[size_t(id)] += bias;
+    if (r.constraint && !r.constraint->mask(shaped)) {
+      finish(r, FinishReason::Error, CancelCause::None,
+             "the output constraint allows no token at this point");
+      return;
+    }
+    use = shaped;
+  }
+  TokenChoice c = r.sampler->sample(use);
   if (is_eog(c.token)) {  // the end-of-generation token itself is not part of the output
     finish(r, FinishReason::Stop, CancelCause::None, "");
     return;
   }
   r.sampler->accept(c.token);
   if (cache) r.gen.push_back(c.token);
+  if (r.constraint) r.constraint->accept(c.token);
   if (!r.ch->push_token(TokenEvent{c.token, c.logprob, std::move(c.top)})) {
     finish(r, FinishReason::Cancelled, CancelCause::SlowConsumer,
            fmt::format("consumer fell {} events behind", opts.event_queue_capacity));
@@ -600,6 +685,10 @@ void Engine::Impl::produce(Req& r, const float* row) {
   }
   ++r.n_gen;
   n_tokens.fetch_add(1);
+  if (r.constraint && r.constraint->complete()) {
+    finish(r, FinishReason::Stop, CancelCause::None, "");
+    return;
+  }
   if (r.n_gen >= r.max_gen) {
     finish(r, FinishReason::Length, CancelCause::None, "");
     return;
@@ -625,12 +714,16 @@ Clock::time_point Engine::Impl::cancel_requested_at(const Req& r, Clock::time_po
 // DoneEvent can rely on stats() and the backend's live KV memory no longer counting it.
 void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::string message) {
   EMBER_ASSERT(!r.finished);
+  // Choices not yet forked end with their request (they share its prompt and its fate).
+  for (auto& f : r.forks) finish(*f, reason, cause, message);
+  r.forks.clear();
   r.finished = true;
   const auto now = Clock::now();
   const bool admitted = r.t_admit != Clock::time_point{};
   if (admitted) {
     r.seq.reset();
     r.sampler.reset();
+    r.constraint.reset();
     if (cache) {
       cache->evict_to_budget();  // blocks this sequence held may be evictable now
       sync_cache_stats();

@@ -48,6 +48,12 @@
 //   the engine serves; saved when the engine thread ends (after signal_shutdown or at
 //   destruction), once every request has ended. Both bounded by warm.io_budget; a missing,
 //   bad or foreign file is a log line and a cold start, never an error.
+// - n > 1: the n choices are admitted together (they need n sequence slots) and prefilled
+//   once; at the seed the sequence is forked through Backend::fork_sequence, and every choice
+//   samples its first token from the same logits with its own sampler (seed + i) and its own
+//   copy of the TokenConstraint. Pending choices are polled (peeked) when they fork.
+// - logit_bias, then the TokenConstraint's mask, shape a copy of the logits before sampling,
+//   inside the step (after its poll site); log-probabilities describe the shaped logits.
 // - The residual bound is a bound in steps, not in time: its wall time is that of one chunk or
 //   one step of the model in use (a 512-token chunk of a big model on a CPU takes seconds).
 #pragma once
@@ -108,8 +114,11 @@ struct SubmitError {
 };
 
 struct SubmitResult {
-  std::shared_ptr<EventStream> stream;  // set on success
-  std::optional<SubmitError> error;     // set on failure
+  std::shared_ptr<EventStream> stream;  // set on success (choice 0)
+  // Choices 1..n-1 of a request with n > 1, each its own request id and stream ending with its
+  // own DoneEvent. They share the request's CancelToken; cancel(id) stops one choice.
+  std::vector<std::shared_ptr<EventStream>> forks;
+  std::optional<SubmitError> error;  // set on failure
   bool ok() const { return stream != nullptr; }
 };
 

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +33,26 @@ struct SamplingParams {
   // Callers that never read TokenEvent::logprob turn it off: greedy decode then costs one
   // argmax over the logits. top_logprobs > 0 implies it.
   bool logprobs = true;
+  // Added to the raw logits before penalties and sampling (OpenAI logit_bias: -100..100).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
+
+// Which tokens may come next, for grammar-constrained decoding (structured output, forced tool
+// calls). Built outside the engine (text/ compiles a grammar against the vocabulary); the engine
+// only asks it to mask a row of logits before sampling and tells it which token was kept. One
+// instance belongs to one sequence and is used by the engine thread only.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logit of every token that may not come next to -infinity. Returns false when no
+  // token at all may come next (the engine then ends the request with an error).
+  virtual bool mask(std::span<float> logits) = 0;
+  // Advances past `token`, which mask() allowed.
+  virtual void accept(int32_t token) = 0;
+  // Nothing more may follow: the engine ends the request with `stop` after this token.
+  virtual bool complete() const = 0;
+  // An independent copy in the same state, for a choice forked from this one (n > 1).
+  virtual std::unique_ptr<TokenConstraint> clone() const = 0;
 };
 
 struct GenerateRequest {
@@ -42,6 +64,10 @@ struct GenerateRequest {
   CancelToken cancel;  // CancelToken::never() by default
   // Cancelled with cause `deadline` at the first poll site past this instant.
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Choices generated from this prompt (OpenAI `n`): the prompt is prefilled once and the
+  // sequence forked after the prefill; choice i samples with seed sampling.seed + i.
+  int32_t n = 1;
+  std::shared_ptr<TokenConstraint> constraint;  // null: any token
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

@@ -102,6 +102,10 @@ class Backend {
   // A block from bytes() of a block with the same kv_layout().context_key; Error on a size
   // mismatch. The caller vouches for the content (checksums, hash chain).
   virtual Result<KvBlockRef> kv_block_from_bytes(std::span<const uint8_t> bytes) = 0;
+  // A new sequence holding the same KV as `src` (positions [0, src.length())), to continue
+  // independently (n > 1 choices share one prefill): full blocks are shared, the partial last
+  // block is copied. capacity >= src.length().
+  virtual std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) = 0;
   // Runs all items as one batch: decode steps of many sequences and prefill chunks share one
   // pass over the weights. For each item with want_logits, in order, n_vocab floats are
   // written to `logits` (which must hold that many).

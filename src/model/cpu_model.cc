@@ -105,6 +105,32 @@ Result<KvBlockRef> CpuBackend::kv_block_from_bytes(std::span<const uint8_t> byte
   return KvBlockRef(std::move(b));
 }
 
+std::unique_ptr<Sequence> CpuBackend::fork_sequence(const Sequence& src, int32_t capacity) {
+  const auto& from = static_cast<const CpuSequence&>(src);
+  EMBER_ASSERT(from.owner() == this && capacity >= from.length() && capacity <= n_ctx_);
+  // Full blocks never change again: the fork shares them. The partial last block is copied.
+  const int32_t full = from.length() / kBlockTokens;
+  std::vector<KvBlockRef> prefix;
+  prefix.reserve(static_cast<size_t>(full));
+  for (int32_t b = 0; b < full; ++b) prefix.push_back(from.block(b));
+  auto seq = std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, kBlockTokens, capacity,
+                                           prefix, live_bytes_);
+  const int32_t tail = from.length() - full * kBlockTokens;
+  if (tail > 0) {
+    seq->reserve(from.length());
+    const CpuKvBlock* last = from.block_at(full);
+    const size_t row = static_cast<size_t>(kv_dim_) * sizeof(float);
+    for (int32_t il = 0; il < cfg_.n_layer; ++il) {
+      for (int32_t t = 0; t < tail; ++t) {
+        std::memcpy(seq->k_slot(il, full * kBlockTokens + t), last->k(il, t), row);
+        std::memcpy(seq->v_slot(il, full * kBlockTokens + t), last->v(il, t), row);
+      }
+    }
+    seq->advance(tail);
+  }
+  return seq;
+}
+
 Status CpuBackend::check(std::span<const ForwardItem> items, size_t n_logits) const {
   size_t want = 0;
   for (size_t i = 0; i < items.size(); ++i) {

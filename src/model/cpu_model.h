@@ -90,6 +90,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Sequence> new_sequence(int32_t capacity,
                                          std::span<const KvBlockRef> prefix = {}) override;
   Result<KvBlockRef> kv_block_from_bytes(std::span<const uint8_t> bytes) override;
+  std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) override;
   Status forward(std::span<const ForwardItem> items, std::span<float> logits) override;
   int64_t live_kv_bytes() const override { return live_bytes_->load(); }
 

@@ -120,6 +120,8 @@ class FakeBackend final : public model::Backend {
     return model::KvBlockRef(
         std::make_shared<fake_detail::FakeBlock>(std::move(t), 0, live_bytes_));
   }
+  std::unique_ptr<model::Sequence> fork_sequence(const model::Sequence& src,
+                                                 int32_t capacity) override;
   Status forward(std::span<const model::ForwardItem> items, std::span<float> logits) override;
   int64_t live_kv_bytes() const override { return live_bytes_->load(); }
 
@@ -128,6 +130,7 @@ class FakeBackend final : public model::Backend {
 
   int64_t forward_calls() const { return calls_.load(); }
   int64_t sequences_created() const { return created_.load(); }
+  int64_t sequences_forked() const { return forks_.load(); }
   std::vector<ForwardRecord> records() const {
     std::lock_guard lk(mu_);
     return records_;
@@ -138,7 +141,7 @@ class FakeBackend final : public model::Backend {
   model::ModelConfig cfg_;
   model::KvLayout layout_;
   std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
-  std::atomic<int64_t> calls_{0}, created_{0};
+  std::atomic<int64_t> calls_{0}, created_{0}, forks_{0};
   mutable std::mutex mu_;
   std::vector<ForwardRecord> records_;
 };
@@ -167,6 +170,16 @@ inline std::unique_ptr<model::Sequence> FakeBackend::new_sequence(
     seq->tokens.insert(seq->tokens.end(), fb->tokens().begin(), fb->tokens().end());
     seq->blocks.push_back(b);
   }
+  return seq;
+}
+
+inline std::unique_ptr<model::Sequence> FakeBackend::fork_sequence(const model::Sequence& src,
+                                                                   int32_t capacity) {
+  const auto& from = dynamic_cast<const fake_detail::FakeSequence&>(src);
+  EMBER_ASSERT(capacity >= from.length());
+  forks_.fetch_add(1);
+  auto seq = new_sequence(capacity);
+  static_cast<fake_detail::FakeSequence&>(*seq).tokens = from.tokens;
   return seq;
 }
 

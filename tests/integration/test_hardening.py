@@ -64,9 +64,9 @@ def test_client_that_pipelines_megabytes_then_leaves_is_still_seen(big):
 # 2 and 3. A client that stops reading: the write deadline passes, the request is cancelled as
 # slow_consumer at once (a failed write cancels) and counted, and its handler lets go.
 def test_client_that_stops_reading_is_cancelled_as_slow_consumer(start_server, models):
-    # no default system prompt: with it this random model ends its answer (EOG) after 992 tokens,
-    # which the kernel buffers can hold, so the client would never look slow
-    s = start_server(models["big"], "--ctx-size", "4096", "--write-timeout", "1", "--system-prompt", "")
+    # Greedy with the default system prompt runs this random model to max_tokens (sampled, it
+    # ends with EOG after ~1,000 tokens, which the kernel buffers absorb: never slow).
+    s = start_server(models["big"], "--ctx-size", "4096", "--write-timeout", "1")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window, never read
     sock.connect(("127.0.0.1", s.port))
