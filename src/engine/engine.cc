@@ -638,8 +638,10 @@ void Engine::Impl::fork_choices(Req& parent, const float* row) {
     f->sampler.emplace(f->g.sampling, n_vocab);
     f->sampler->add_prompt(parent.g.prompt);
     if (parent.constraint) f->constraint = parent.constraint->clone();
-    // The fork holds the parent's blocks: it continues the parent's prefix-cache chain.
-    f->cached = parent.cached;
+    // The fork holds the parent's blocks: it continues the parent's prefix-cache chain (and
+    // publishes its own later blocks, which start with the prompt's tail, so it needs the
+    // prompt). The prompt and its cached part are reported once, by the parent.
+    if (cache) f->g.prompt = parent.g.prompt;
     f->published = parent.published;
     f->chain_key = parent.chain_key;
     Req& q = *f;

@@ -553,6 +553,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   usage.prompt_tokens = n_prompt_total;
   for (auto& ch : choices) {
     usage.completion_tokens += std::max(ch.done->usage.completion_tokens, ch.n_generated);
+    usage.cached_tokens += ch.done->usage.cached_tokens;  // each prompt's first choice reports it
     if (ch.done->reason == engine::FinishReason::Cancelled && !ch.stopped_by_string) {
       if (!cancelled) cancelled = &ch;
     } else if (ch.done->reason == engine::FinishReason::Error && !failed) {

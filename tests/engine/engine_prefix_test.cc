@@ -79,6 +79,37 @@ TEST(EnginePrefix, next_turn_reuses_the_earlier_turn_including_generated_tokens)
   EXPECT_EQ(t2.tokens, drain(*submit_ok(cold, greedy_request(p2, 4))).tokens);
 }
 
+// n > 1 with the cache on: each fork shares the parent's full blocks, copies its partial one,
+// and publishes its own later blocks (prompt tail + its own tokens); a later request that
+// repeats one choice's whole text finds it. (A fork without the prompt's tokens once crashed
+// here.)
+TEST(EnginePrefix, forked_choices_publish_their_own_blocks_and_are_found_later) {
+  auto fake = std::make_shared<FakeBackend>(FakeOptions{.peak = 0.5f, .block_tokens = 4});
+  Engine e(fake, cached());
+  auto prompt = make_prompt(10, 64, 4);  // 2 full blocks + 2 tokens shared by every choice
+  GenerateRequest g = greedy_request(prompt, 9);
+  g.n = 3;
+  g.sampling.temperature = 1.5f;
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1.f;
+  g.sampling.min_p = 0.f;
+  SubmitResult sub = e.submit(std::move(g));
+  ASSERT_TRUE(sub.ok());
+  ASSERT_EQ(sub.forks.size(), 2u);
+  std::vector<Collected> got;
+  got.push_back(drain(*sub.stream));
+  for (auto& f : sub.forks) got.push_back(drain(*f));
+  EXPECT_EQ(got[0].done.usage.cached_tokens, 0);
+  for (const auto& c : got) ASSERT_EQ(c.tokens.size(), 9u);
+  EXPECT_EQ(e.stats().active, 0);
+  // The last choice's prompt + tokens (19 positions: 4 full blocks) is now cached: asking for
+  // exactly that text reuses 16 positions, 4 of which hold tokens only that fork generated.
+  std::vector<int32_t> history = prompt;
+  history.insert(history.end(), got[2].tokens.begin(), got[2].tokens.end());
+  Collected again = drain(*submit_ok(e, greedy_request(history, 1)));
+  EXPECT_EQ(again.done.usage.cached_tokens, 16);
+}
+
 TEST(EnginePrefix, no_cache_means_no_reuse_and_no_kv_kept) {
   auto fake = std::make_shared<FakeBackend>(FakeOptions{.block_tokens = 4});
   Engine e(fake, {});
