@@ -115,6 +115,8 @@ class Engine {
 
   SubmitResult submit(GenerateRequest req);
   void cancel(uint64_t id, CancelCause cause = CancelCause::Client);
+  // Cancels every queued or active request (the drain deadline); returns how many.
+  int cancel_all(CancelCause cause);
   void signal_shutdown();  // idempotent; in-flight requests end `cancelled` (shutdown)
   void set_hooks(GenHooks hooks);
   EngineStats stats() const;

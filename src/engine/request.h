@@ -66,6 +66,9 @@ struct DoneEvent {
   Usage usage;
   Timings timings;
   std::string message;  // for Error (and a human-readable note for Cancelled)
+  // Error only: the work was lost, not wrong (the subprocess client's worker died); a retry
+  // may succeed, so the server answers 503 engine_restarting.
+  bool retryable = false;
 };
 
 using Event = std::variant<TokenEvent, DoneEvent>;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -168,6 +169,14 @@ std::optional<ExitStatus> Child::wait_for(std::chrono::milliseconds timeout) {
     ::usleep(static_cast<useconds_t>(std::min(ms, 10) * 1000));
   }
   return try_reap();
+}
+
+Status exit_with_parent(pid_t expected) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return fail("prctl: {}", strerror(errno));
+  if (::getppid() != expected) {
+    return fail("the parent process {} is gone (parent is now {})", expected, ::getppid());
+  }
+  return {};
 }
 
 Result<std::string> self_exe() {

@@ -77,6 +77,12 @@ class Child {
   std::optional<ExitStatus> status_;
 };
 
+// In a child: have the kernel SIGKILL this process when the thread that started it exits
+// (PR_SET_PDEATHSIG), then check that the parent is still `expected` — it may have died before
+// the request, and then the signal never comes. An error means: the parent is gone, exit now.
+// The parent must start the child from a thread that lives as long as the child should.
+Status exit_with_parent(pid_t expected);
+
 // The path of the running executable (/proc/self/exe), for re-executing ember as a worker.
 Result<std::string> self_exe();
 

@@ -77,41 +77,35 @@ std::string new_id(Endpoint e) {
   return fmt::format("{}{:016x}", e == Endpoint::Chat ? "chatcmpl-" : "cmpl-", rng());
 }
 
-// Keeps the in-flight count and the request registry (for the drain cut-off) honest on every
-// exit path.
+// Keeps the in-flight count honest on every exit path. Which requests the engine is running is
+// the EngineClient's bookkeeping (the drain deadline asks it to cancel them all).
 struct InFlight {
   Server::Impl& s;
-  std::optional<uint64_t> id;
   explicit InFlight(Server::Impl& srv) : s(srv) { s.in_flight++; }
-  void register_id(uint64_t rid) {
-    id = rid;
-    std::lock_guard lock(s.reg_mu);
-    s.requests.insert(rid);
-  }
-  ~InFlight() {
-    if (id) {
-      std::lock_guard lock(s.reg_mu);
-      s.requests.erase(*id);
-    }
-    s.in_flight--;
-  }
+  ~InFlight() { s.in_flight--; }
 };
 
-TokenLogprob to_logprob(const TextCodec& text, const engine::TokenEvent& t) {
+TokenLogprob to_logprob(const TextCodec& text, const worker::TokenEvent& t) {
   TokenLogprob lp{text.token_text(t.id), t.logprob, {}};
   for (const auto& [id, p] : t.top) lp.top.emplace_back(text.token_text(id), p);
   return lp;
 }
 
-ApiError cancelled_error(engine::CancelCause cause) {
-  if (cause == engine::CancelCause::Shutdown) {
+ApiError cancelled_error(worker::CancelCause cause) {
+  if (cause == worker::CancelCause::Shutdown) {
     return {ErrorKind::Draining,
             "request cancelled: the server is shutting down and the drain deadline passed",
             {}};
   }
   return {ErrorKind::Internal,
-          fmt::format("request cancelled ({})", engine::cancel_cause_name(cause)),
+          fmt::format("request cancelled ({})", worker::cancel_cause_name(cause)),
           {}};
+}
+
+// A request that ended in an engine error: lost with a dying worker (503, retry) or failed.
+ApiError engine_error(const worker::DoneEvent& d) {
+  if (d.retryable) return {ErrorKind::EngineRestarting, d.message, {}};
+  return {ErrorKind::Internal, "generation failed: " + d.message, {}};
 }
 
 struct Prepared {
@@ -187,13 +181,13 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     Reply reply = error_reply({ErrorKind::Draining, "the server is shutting down", {}});
     co_return co_await send_reply(s, *c, req, route, reply);
   }
-  engine::GenerateRequest g;
+  worker::GenerateRequest g;
   g.prompt = std::move(p.prompt);
   g.sampling = r.sampling;
   g.max_tokens = std::min(r.max_tokens.value_or(n_ctx - n_prompt), n_ctx - n_prompt);
-  g.cancel = engine::CancelToken::make();
-  engine::CancelOnDrop guard = g.cancel.cancel_on_drop();
-  engine::CancelToken token = g.cancel;
+  g.cancel = worker::CancelToken::make();
+  worker::CancelOnDrop guard = g.cancel.cancel_on_drop();
+  worker::CancelToken token = g.cancel;
 
   auto wake = std::make_shared<Wake>(c->stream.get_executor());
   auto sub = model->engine->submit(std::move(g));
@@ -205,7 +199,6 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     co_return co_await send_reply(s, *c, req, route, reply);
   }
   const uint64_t rid = sub.stream->id();
-  in_flight.register_id(rid);
   s.metrics.add_prompt_tokens(static_cast<uint64_t>(n_prompt));
   {
     std::weak_ptr<Wake> weak = wake;
@@ -214,14 +207,14 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       if (auto w = weak.lock()) asio::post(ex, [w] { w->notify(); });
     });
   }
-  // The drain may have cut off before this id was registered.
-  if (s.cut_off) model->engine->cancel(rid, engine::CancelCause::Shutdown);
+  // The drain may have cut off before this request reached the engine.
+  if (s.cut_off) model->engine->cancel(rid, worker::CancelCause::Shutdown);
 
   auto watch = std::make_shared<Watch>();
   auto engine_client = model->engine;
   arm_watch(c, watch, wake, [token, engine_client, rid] {
     token.cancel();
-    engine_client->cancel(rid, engine::CancelCause::Client);
+    engine_client->cancel(rid, worker::CancelCause::Client);
   });
 
   ResponseContext ctx{endpoint, new_id(endpoint),
@@ -235,7 +228,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   std::vector<TokenLogprob> lps;  // streaming: since the last chunk; otherwise: all
   bool stopped_by_string = false;
   bool write_failed = false;
-  std::optional<engine::DoneEvent> done;
+  std::optional<worker::DoneEvent> done;
   std::optional<Clock::time_point> last_token;
   uint64_t n_generated = 0;
 
@@ -272,11 +265,11 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     while (!done) {
       auto ev = sub.stream->try_next();
       if (!ev) break;
-      if (auto* d = std::get_if<engine::DoneEvent>(&*ev)) {
+      if (auto* d = std::get_if<worker::DoneEvent>(&*ev)) {
         done = *d;
         break;
       }
-      const auto& t = std::get<engine::TokenEvent>(*ev);
+      const auto& t = std::get<worker::TokenEvent>(*ev);
       auto now = Clock::now();
       if (!last_token) {
         s.metrics.observe_ttft(std::chrono::duration<double>(now - t0).count());
@@ -292,6 +285,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       if (step.stopped) {
         stopped_by_string = true;
         token.cancel();
+        model->engine->cancel(rid, worker::CancelCause::Client);  // the token stays in-process
       }
       if (r.stream) {
         if (!step.emit.empty() || (r.logprobs && !lps.empty() && !step.stopped)) {
@@ -320,14 +314,14 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     }
   }
 
-  const bool cancelled = done->reason == engine::FinishReason::Cancelled && !stopped_by_string;
+  const bool cancelled = done->reason == worker::FinishReason::Cancelled && !stopped_by_string;
   if (cancelled) {
-    auto cause = watch->client_gone ? engine::CancelCause::Client : done->cause;
-    s.metrics.count_cancellation(engine::cancel_cause_name(cause));
+    auto cause = watch->client_gone ? worker::CancelCause::Client : done->cause;
+    s.metrics.count_cancellation(worker::cancel_cause_name(cause));
   }
   std::string finish =
-      stopped_by_string ? "stop" : std::string(engine::finish_reason_name(done->reason));
-  engine::Usage usage = done->usage;
+      stopped_by_string ? "stop" : std::string(worker::finish_reason_name(done->reason));
+  worker::Usage usage = done->usage;
   if (usage.prompt_tokens == 0) usage.prompt_tokens = n_prompt;
   if (usage.completion_tokens == 0) usage.completion_tokens = static_cast<int32_t>(n_generated);
 
@@ -338,8 +332,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     if (cancelled) {
       event = sse_event(error_event(cancelled_error(done->cause)));
       co_await write();
-    } else if (done->reason == engine::FinishReason::Error) {
-      event = sse_event(error_event({ErrorKind::Internal, done->message, {}}));
+    } else if (done->reason == worker::FinishReason::Error) {
+      event = sse_event(error_event(engine_error(*done)));
       co_await write();
     } else if (r.include_usage) {
       event = sse_event(chunk_usage(ctx, usage));
@@ -359,8 +353,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   } else if (cancelled) {
     Reply reply = error_reply(cancelled_error(done->cause));
     keep = co_await send_reply(s, *c, req, route, reply);
-  } else if (done->reason == engine::FinishReason::Error) {
-    Reply reply = error_reply({ErrorKind::Internal, "generation failed: " + done->message, {}});
+  } else if (done->reason == worker::FinishReason::Error) {
+    Reply reply = error_reply(engine_error(*done));
     keep = co_await send_reply(s, *c, req, route, reply);
   } else {
     Reply reply{http::status::ok, "application/json",

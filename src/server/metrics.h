@@ -7,7 +7,8 @@
 //   ember_cancellations_total{cause}             counter (client, deadline, shutdown, ...)
 //   ember_queue_depth, ember_active_sequences, ember_in_flight_requests   gauges
 //   ember_engine_steps_total                     counter
-//   ember_draining, ember_ready                  gauges (0/1)
+//   ember_draining, ember_ready, ember_engine_up gauges (0/1)
+//   ember_worker_restarts_total                  counter (subprocess engine)
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,8 @@ struct MetricsSnapshot {
   uint64_t engine_steps = 0;
   bool draining = false;
   bool ready = false;
+  bool engine_up = false;
+  uint64_t worker_restarts = 0;
 };
 
 class Metrics {

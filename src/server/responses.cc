@@ -68,7 +68,7 @@ json stream_chunk(const ResponseContext& c, json choice) {
 
 }  // namespace
 
-json usage_json(const engine::Usage& u) {
+json usage_json(const worker::Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
@@ -107,7 +107,7 @@ json chunk_final(const ResponseContext& c, const std::string& finish_reason) {
       c, {{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}});
 }
 
-json chunk_usage(const ResponseContext& c, const engine::Usage& u) {
+json chunk_usage(const ResponseContext& c, const worker::Usage& u) {
   json j = base(c, true);
   j["choices"] = json::array();
   j["usage"] = usage_json(u);
@@ -124,7 +124,7 @@ json error_event(const ApiError& e) {
 }
 
 json full_response(const ResponseContext& c, const std::string& text,
-                   const std::string& finish_reason, const engine::Usage& u,
+                   const std::string& finish_reason, const worker::Usage& u,
                    const std::vector<TokenLogprob>* logprobs) {
   json j = base(c, false);
   json choice;

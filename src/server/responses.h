@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/request.h"
+#include "worker/types.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 
@@ -35,13 +35,13 @@ nlohmann::json chunk_role(const ResponseContext& c);  // chat only
 nlohmann::json chunk_content(const ResponseContext& c, const std::string& text,
                              const std::vector<TokenLogprob>* logprobs);
 nlohmann::json chunk_final(const ResponseContext& c, const std::string& finish_reason);
-nlohmann::json chunk_usage(const ResponseContext& c, const engine::Usage& u);
+nlohmann::json chunk_usage(const ResponseContext& c, const worker::Usage& u);
 nlohmann::json error_event(const ApiError& e);  // {"error": {...}} as an SSE event
 
 nlohmann::json full_response(const ResponseContext& c, const std::string& text,
-                             const std::string& finish_reason, const engine::Usage& u,
+                             const std::string& finish_reason, const worker::Usage& u,
                              const std::vector<TokenLogprob>* logprobs);
 
-nlohmann::json usage_json(const engine::Usage& u);
+nlohmann::json usage_json(const worker::Usage& u);
 
 }  // namespace ember::server

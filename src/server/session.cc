@@ -25,7 +25,8 @@ std::string_view path_of(std::string_view target) {
 // Route label for metrics: a known path, or "other" (unknown paths must not grow the label set).
 std::string_view route_label(std::string_view path) {
   for (std::string_view known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
+       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics",
+        "/admin/shutdown"}) {
     if (path == known) return known;
   }
   return "other";
@@ -46,13 +47,36 @@ std::string models_body(const ServedModel& m) {
   return dump_json(json{{"object", "list"}, {"data", data}});
 }
 
-bool authorized(const Server::Impl& s, const Request& req) {
-  if (s.opts.api_key.empty()) return true;
+bool bearer_matches(const Request& req, const std::string& key) {
   auto it = req.find(http::field::authorization);
   std::string_view v = it == req.end() ? std::string_view() : std::string_view(it->value());
   constexpr std::string_view kBearer = "Bearer ";
   std::string_view given = v.starts_with(kBearer) ? v.substr(kBearer.size()) : std::string_view();
-  return constant_time_equal(given, s.opts.api_key);
+  return constant_time_equal(given, key);
+}
+
+bool authorized(const Server::Impl& s, const Request& req) {
+  return s.opts.api_key.empty() || bearer_matches(req, s.opts.api_key);
+}
+
+Reply method_not_allowed(std::string_view path, const Request& req);
+
+// POST /admin/shutdown: the same graceful drain as SIGTERM, for operators without a shell on
+// the host. Exists only when --admin-key is set.
+Reply admin_shutdown(Server::Impl& s, const Request& req, std::string_view path) {
+  if (s.opts.admin_key.empty()) {
+    return error_reply(
+        {ErrorKind::NotFound, "no route for /admin/shutdown (enable it with --admin-key)", {}});
+  }
+  if (req.method() != http::verb::post) return method_not_allowed(path, req);
+  if (!bearer_matches(req, s.opts.admin_key)) {
+    return error_reply({ErrorKind::Unauthorized,
+                        "missing or wrong admin key (send 'Authorization: Bearer ADMIN_KEY')",
+                        {}});
+  }
+  log::info("ember: shutdown requested through /admin/shutdown");
+  s.request_drain();
+  return {http::status::accepted, "application/json", status_body("draining"), 0};
 }
 
 // GCC 12 coroutines may destroy temporaries inside a co_await expression twice, so every
@@ -81,8 +105,11 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
   }
   if (path == "/ready") {
     if (!is_get(req)) return method_not_allowed(path, req);
-    bool ready = s.is_ready && !s.is_draining;
-    std::string status = s.is_draining ? "draining" : s.is_ready ? "ready" : "loading";
+    bool ready = s.serving_ready();
+    std::string status = s.is_draining ? "draining"
+                         : !s.is_ready ? "loading"
+                         : ready       ? "ready"
+                                       : "engine_restarting";
     return {ready ? http::status::ok : http::status::service_unavailable, "application/json",
             status_body(status), ready ? 0 : 5};
   }
@@ -94,13 +121,16 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
       snap.queue_depth = st.queued;
       snap.active_sequences = st.active;
       snap.engine_steps = st.steps;
+      snap.engine_up = st.available;
+      snap.worker_restarts = st.worker_restarts;
     }
     snap.in_flight_requests = s.in_flight.load();
     snap.draining = s.is_draining;
-    snap.ready = s.is_ready && !s.is_draining;
+    snap.ready = s.serving_ready();
     return {http::status::ok, "text/plain; version=0.0.4; charset=utf-8", s.metrics.render(snap),
             0};
   }
+  if (path == "/admin/shutdown") return admin_shutdown(s, req, path);
   bool v1 = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
   if (v1 && !authorized(s, req)) {
     return error_reply({ErrorKind::Unauthorized,

@@ -1,0 +1,40 @@
+// The engine's process settings (DESIGN.md §7): shared by `ember serve` (in-process, or passed
+// to the worker in the protocol's Configure frame), `ember engine` and `ember run`. Loading a
+// model with them gives a LoadedModel: the backend, the engine options and what the front needs
+// to know about the model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/settings.h"
+#include "engine/engine.h"
+#include "model/backend.h"
+#include "worker/types.h"
+
+namespace ember::worker {
+
+struct EngineSettings {
+  std::string model;  // a GGUF path (the front resolves names before passing it on)
+  int32_t threads = 0;
+  int32_t ctx_size = 0;
+  int32_t max_sequences = 8;
+  int32_t max_queued = 64;
+  int32_t prefill_chunk = 512;
+  int32_t event_queue_capacity = 1024;
+};
+
+// The table; `ember serve` adds these flags to its own (cli/settings_cli.h).
+const settings::Table<EngineSettings>& engine_settings_table();
+
+struct LoadedModel {
+  std::shared_ptr<model::Backend> backend;
+  engine::EngineOptions options;
+  ModelInfo info;
+};
+
+Result<LoadedModel> load_model(const EngineSettings& s);
+
+}  // namespace ember::worker
