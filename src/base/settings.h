@@ -44,8 +44,8 @@ std::string key_of(std::string_view flags);
 template <typename S>
 class Table {
  public:
-  using Member = std::variant<int32_t S::*, int64_t S::*, double S::*, bool S::*,
-                              std::string S::*, std::vector<std::string> S::*>;
+  using Member = std::variant<int32_t S::*, int64_t S::*, double S::*, bool S::*, std::string S::*,
+                              std::vector<std::string> S::*>;
   struct Field {
     std::string flags;  // CLI11 names, e.g. "-t,--threads"
     std::string key;    // "threads"
@@ -78,8 +78,8 @@ class Table {
   Field& add(std::string flags, T S::*member, std::string env, std::string help) {
     std::string key = key_of(flags);
     EMBER_ASSERT(find(key) == nullptr);
-    fields_.push_back(Field{std::move(flags), std::move(key), std::move(env), std::move(help),
-                            Member(member)});
+    fields_.push_back(
+        Field{std::move(flags), std::move(key), std::move(env), std::move(help), Member(member)});
     return fields_.back();
   }
 

@@ -22,8 +22,7 @@ int cmd_engine(int argc, char** argv) {
   bool ignore_eof = false;
   bool ignore_term = false;
   std::string log_level = "info";
-  app.add_option("--parent-pid", parent_pid,
-                 "exit at once when this process (the front) is gone");
+  app.add_option("--parent-pid", parent_pid, "exit at once when this process (the front) is gone");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->envname("EMBER_LOG_LEVEL")
       ->capture_default_str();

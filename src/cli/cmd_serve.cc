@@ -80,8 +80,7 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
   }
   EMBER_TRY(std::string exe, process::self_exe());
   worker::SubprocessOptions so;
-  so.argv = {exe, "engine", "--parent-pid", std::to_string(::getpid()), "--log-level",
-             o.log_level};
+  so.argv = {exe, "engine", "--parent-pid", std::to_string(::getpid()), "--log-level", o.log_level};
   for (const auto& f : o.test_worker_flags) so.argv.push_back(f);
   so.settings = worker::engine_settings_table().dump(es);
   so.ladder.eof_wait = ms(o.engine_drain_s);
@@ -95,8 +94,7 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
   return std::shared_ptr<worker::EngineClient>(c);
 }
 
-Result<std::shared_ptr<server::ServedModel>> load(const ServeSettings& o,
-                                                  worker::EngineSettings es,
+Result<std::shared_ptr<server::ServedModel>> load(const ServeSettings& o, worker::EngineSettings es,
                                                   EngineHolder& holder) {
   EMBER_TRY(es.model, resolve_model_path(es.model));
   EMBER_TRY(auto tokenizer, load_tokenizer(es.model));
@@ -215,8 +213,7 @@ int cmd_serve(int argc, char** argv) {
         srv.begin_drain();
         continue;
       }
-      std::fprintf(stderr, "ember: second signal (%s): killing the engine and exiting now\n",
-                   name);
+      std::fprintf(stderr, "ember: second signal (%s): killing the engine and exiting now\n", name);
       std::fflush(stderr);
       if (auto c = holder.get()) c->kill_now();
       std::_Exit(*s == SIGINT ? 130 : 128 + *s);
@@ -237,7 +234,7 @@ int cmd_serve(int argc, char** argv) {
     std::fflush(stderr);
     notify(notifier, "READY=1\nSTATUS=serving");
   });
-  int code = srv.wait();  // drained; the engine shut down (the stop ladder ran)
+  int code = srv.wait();                     // drained; the engine shut down (the stop ladder ran)
   if (auto c = holder.get()) c->shutdown();  // a drain while the model was still loading
   loader.join();
   std::string engine_stop = holder.get() ? holder.get()->stop_description() : "never started";

@@ -74,8 +74,7 @@ int cmd_stop(int argc, char** argv) {
     case process::PidState::NotEmber: {
       std::error_code ec;
       std::filesystem::remove(pid_file, ec);
-      std::fprintf(stderr, "ember stop: %s; removed it (no server to stop)\n",
-                   info.detail.c_str());
+      std::fprintf(stderr, "ember stop: %s; removed it (no server to stop)\n", info.detail.c_str());
       return 1;
     }
     case process::PidState::Running:

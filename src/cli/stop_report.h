@@ -12,8 +12,8 @@ namespace ember::cli {
 
 struct StopReport {
   int exit_code = 0;
-  int in_flight = 0;  // requests in flight when the drain began
-  int cancelled = 0;  // of those, cancelled at the drain deadline
+  int in_flight = 0;        // requests in flight when the drain began
+  int cancelled = 0;        // of those, cancelled at the drain deadline
   std::string engine_stop;  // how the engine stopped, e.g. "eof (exit 0)"
 };
 

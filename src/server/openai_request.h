@@ -11,8 +11,8 @@
 #include <variant>
 #include <vector>
 
-#include "worker/types.h"
 #include "server/api_error.h"
+#include "worker/types.h"
 
 namespace ember::server {
 

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/types.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
+#include "worker/types.h"
 
 namespace ember::server {
 

@@ -66,7 +66,7 @@ struct Server::Impl {
   std::atomic<int> in_flight{0};
   std::atomic<int> drain_in_flight{0};  // requests in flight when the drain began
   std::atomic<int> drain_cancelled{0};  // requests the drain deadline cancelled
-  DrainController drain;  // control strand only
+  DrainController drain;                // control strand only
 
   std::mutex reg_mu;  // guards conns
   uint64_t next_conn = 0;

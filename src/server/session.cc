@@ -24,9 +24,8 @@ std::string_view path_of(std::string_view target) {
 
 // Route label for metrics: a known path, or "other" (unknown paths must not grow the label set).
 std::string_view route_label(std::string_view path) {
-  for (std::string_view known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics",
-        "/admin/shutdown"}) {
+  for (std::string_view known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                 "/ready", "/metrics", "/admin/shutdown"}) {
     if (path == known) return known;
   }
   return "other";

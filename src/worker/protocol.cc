@@ -229,21 +229,21 @@ const char* type_name(Type t) {
   return nullptr;
 }
 
-#define EMBER_PROTO_MESSAGE(M)                            \
-  void append(std::vector<uint8_t>& out, const M& m) {    \
-    append_frame(out, m);                                 \
-  }                                                       \
-  template <>                                             \
-  Result<M> decode<M>(std::span<const uint8_t> payload) { \
-    M m;                                                  \
-    Reader r{payload};                                    \
-    fields(r, m);                                         \
-    if (!r.bad && r.pos != payload.size()) {              \
-      r.fail_with(fmt::format("{} trailing bytes", payload.size() - r.pos)); \
-    }                                                     \
-    if (!r.bad && !check(m)) r.fail_with("a value out of range"); \
+#define EMBER_PROTO_MESSAGE(M)                                                    \
+  void append(std::vector<uint8_t>& out, const M& m) {                            \
+    append_frame(out, m);                                                         \
+  }                                                                               \
+  template <>                                                                     \
+  Result<M> decode<M>(std::span<const uint8_t> payload) {                         \
+    M m;                                                                          \
+    Reader r{payload};                                                            \
+    fields(r, m);                                                                 \
+    if (!r.bad && r.pos != payload.size()) {                                      \
+      r.fail_with(fmt::format("{} trailing bytes", payload.size() - r.pos));      \
+    }                                                                             \
+    if (!r.bad && !check(m)) r.fail_with("a value out of range");                 \
     if (r.bad) return fail("malformed {} frame: {}", type_name(M::kType), r.why); \
-    return m;                                             \
+    return m;                                                                     \
   }
 EMBER_PROTO_MESSAGE(Configure)
 EMBER_PROTO_MESSAGE(Submit)
@@ -287,8 +287,8 @@ Result<std::optional<Frame>> FrameDecoder::next() {
   std::memcpy(&len, h + 8, 4);
   if (magic != kMagic) {
     fatal_ = true;
-    return fail("bad frame magic {:#010x} (expected {:#010x}): not a worker protocol stream",
-                magic, kMagic);
+    return fail("bad frame magic {:#010x} (expected {:#010x}): not a worker protocol stream", magic,
+                kMagic);
   }
   if (version != kVersion) {
     fatal_ = true;

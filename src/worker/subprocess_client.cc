@@ -117,8 +117,8 @@ void SubprocessEngineClient::supervise() {
     child_.reset();
     state_ = State::Down;
     const bool loaded_before = ever_loaded_;
-    std::string why = fmt::format("the engine worker (pid {}) exited unexpectedly ({})",
-                                  child->pid(), how);
+    std::string why =
+        fmt::format("the engine worker (pid {}) exited unexpectedly ({})", child->pid(), how);
     lose_all(why);
     if (!loaded_before) {
       if (!first_error_) first_error_ = why;
@@ -130,8 +130,8 @@ void SubprocessEngineClient::supervise() {
     Ms delay = std::min<Ms>(opts_.backoff_max,
                             opts_.backoff_initial * (int64_t{1} << std::min(failures - 1, 20)));
     restarts_++;
-    log::error("engine worker: {}; restart #{} in {} ms ({} failure(s) in a row)", why,
-               restarts_, delay.count(), failures);
+    log::error("engine worker: {}; restart #{} in {} ms ({} failure(s) in a row)", why, restarts_,
+               delay.count(), failures);
     cv_.wait_for(lock, delay, [&] { return stopping_; });
   }
   std::lock_guard lock(mu_);
@@ -295,8 +295,8 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
   m.sampling = req.sampling;
   m.max_tokens = req.max_tokens;
   if (req.deadline) {
-    m.deadline_ms = std::max<int64_t>(
-        0, std::chrono::duration_cast<Ms>(*req.deadline - Clock::now()).count());
+    m.deadline_ms =
+        std::max<int64_t>(0, std::chrono::duration_cast<Ms>(*req.deadline - Clock::now()).count());
   }
   const bool sent = send(proto::encode(m));
   std::unique_lock lock(mu_);

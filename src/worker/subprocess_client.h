@@ -65,7 +65,7 @@ class SubprocessEngineClient final : public EngineClient,
   void kill_now() override;
   std::string stop_description() const override;
 
-  pid_t worker_pid() const;  // 0 while none runs
+  pid_t worker_pid() const;          // 0 while none runs
   void stream_dropped(uint64_t id);  // a consumer let go before its DoneEvent: cancel
 
  private:

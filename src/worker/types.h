@@ -16,20 +16,20 @@
 
 namespace ember::worker {
 
+using engine::cancel_cause_name;
 using engine::CancelCause;
 using engine::CancelOnDrop;
 using engine::CancelToken;
 using engine::DoneEvent;
 using engine::Event;
 using engine::EventStream;
+using engine::finish_reason_name;
 using engine::FinishReason;
 using engine::GenerateRequest;
 using engine::SamplingParams;
-using engine::TokenEvent;
 using engine::Timings;
+using engine::TokenEvent;
 using engine::Usage;
-using engine::cancel_cause_name;
-using engine::finish_reason_name;
 
 struct SubmitError {
   enum class Kind {
