@@ -78,9 +78,11 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
     holder.set(c);
     return std::shared_ptr<worker::EngineClient>(c);
   }
-  EMBER_TRY(std::string exe, process::self_exe());
   worker::SubprocessOptions so;
-  so.argv = {exe, "engine", "--parent-pid", std::to_string(::getpid()), "--log-level", o.log_level};
+  // The very binary this front runs (even after it was replaced on disk): the worker must speak
+  // the same protocol version, also when it is restarted hours later.
+  so.argv = {"/proc/self/exe",           "engine",      "--parent-pid",
+             std::to_string(::getpid()), "--log-level", o.log_level};
   for (const auto& f : o.test_worker_flags) so.argv.push_back(f);
   so.settings = worker::engine_settings_table().dump(es);
   so.ladder.eof_wait = ms(o.engine_drain_s);

@@ -179,11 +179,4 @@ Status exit_with_parent(pid_t expected) {
   return {};
 }
 
-Result<std::string> self_exe() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n < 0) return fail("/proc/self/exe: {}", strerror(errno));
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 }  // namespace ember::process

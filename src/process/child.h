@@ -83,7 +83,4 @@ class Child {
 // The parent must start the child from a thread that lives as long as the child should.
 Status exit_with_parent(pid_t expected);
 
-// The path of the running executable (/proc/self/exe), for re-executing ember as a worker.
-Result<std::string> self_exe();
-
 }  // namespace ember::process
