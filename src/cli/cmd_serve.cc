@@ -28,12 +28,13 @@
 #include "cli/settings_cli.h"
 #include "cli/stop_report.h"
 #include "gguf/reader.h"
+#include "model/backend.h"
 #include "process/child.h"
 #include "process/pid_file.h"
 #include "process/sd_notify.h"
 #include "process/signal_pipe.h"
 #include "server/server.h"
-#include "server/text_codec.h"
+#include "text/text_codec.h"
 #include "text/tokenizer.h"
 #include "worker/engine_settings.h"
 #include "worker/inprocess_client.h"
@@ -62,18 +63,25 @@ struct EngineHolder {
   }
 };
 
-Result<std::shared_ptr<const text::Tokenizer>> load_tokenizer(const std::string& path) {
+// The text side, in the front: tokenizer and chat template from the GGUF's metadata (the
+// weights stay unread here; the engine maps them wherever it runs).
+Result<std::shared_ptr<const text::TextCodec>> load_text(const std::string& path,
+                                                         const ServeSettings& o) {
   EMBER_TRY(gguf::File file, gguf::File::open(path));
+  EMBER_TRY(model::ModelConfig cfg, model::read_config(file));
   EMBER_TRY(text::Vocab vocab, text::load_vocab(file));
   EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
-  return std::shared_ptr<const text::Tokenizer>(std::move(tok));
+  std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
+  EMBER_TRY(auto codec, text::TextCodec::create(tokenizer, {cfg.arch_name, o.system_prompt}));
+  return std::shared_ptr<const text::TextCodec>(std::move(codec));
 }
 
 Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& o,
                                                            const worker::EngineSettings& es,
+                                                           const std::vector<int32_t>& eog,
                                                            EngineHolder& holder) {
   if (o.engine == "in-process") {
-    EMBER_TRY(auto loaded, worker::load_model(es));
+    EMBER_TRY(auto loaded, worker::load_model(es, eog));
     auto c = std::make_shared<worker::InProcessEngineClient>(loaded.backend, loaded.options);
     holder.set(c);
     return std::shared_ptr<worker::EngineClient>(c);
@@ -85,6 +93,7 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
              std::to_string(::getpid()), "--log-level", o.log_level};
   for (const auto& f : o.test_worker_flags) so.argv.push_back(f);
   so.settings = worker::engine_settings_table().dump(es);
+  so.eog_tokens = eog;
   so.ladder.eof_wait = ms(o.engine_drain_s);
   so.ladder.term_wait = ms(o.engine_term_wait_s);
   so.backoff_initial = ms(o.restart_backoff_s);
@@ -99,13 +108,12 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
 Result<std::shared_ptr<server::ServedModel>> load(const ServeSettings& o, worker::EngineSettings es,
                                                   EngineHolder& holder) {
   EMBER_TRY(es.model, resolve_model_path(es.model));
-  EMBER_TRY(auto tokenizer, load_tokenizer(es.model));
-  EMBER_TRY(auto engine, start_engine(o, es, holder));
+  EMBER_TRY(auto codec, load_text(es.model, o));
+  EMBER_TRY(auto engine, start_engine(o, es, codec->eog_tokens(), holder));
   const worker::ModelInfo& info = engine->model_info();
-  EMBER_TRY(auto codec, server::make_text_codec(tokenizer, info.arch_name));
   auto served = std::make_shared<server::ServedModel>();
   served->engine = engine;
-  served->text = std::shared_ptr<const server::TextCodec>(std::move(codec));
+  served->text = codec;
   if (!o.served_model_names.empty()) {
     served->names = o.served_model_names;
   } else {
@@ -179,6 +187,9 @@ int cmd_serve(int argc, char** argv) {
   so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   so.header_timeout = ms(o.header_timeout_s);
   so.body_timeout = ms(o.body_timeout_s);
+  so.write_timeout = ms(o.write_timeout_s);
+  so.default_max_tokens = o.max_tokens;
+  so.web_ui = !o.no_web_ui;
   so.drain_timeout = ms(o.drain_timeout_s);
   so.cutoff_grace = ms(o.cutoff_grace_s);
   so.stall_limit = ms(o.stall_limit_s);
@@ -190,7 +201,8 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   srv.start();
-  std::fprintf(stderr, "ember: listening on http://%s:%u\n", o.host.c_str(), unsigned{*port});
+  std::fprintf(stderr, "ember: listening on http://%s:%u%s\n", o.host.c_str(), unsigned{*port},
+               so.web_ui ? "  (chat page at /)" : "");
   std::fflush(stderr);
   notify(notifier, "STATUS=loading the model");
 

@@ -19,6 +19,7 @@ constexpr Subcommand kCommands[] = {
     {"engine", ember::cli::cmd_engine, "the engine worker process (started by serve)"},
     {"run", ember::cli::cmd_run, "generate text from a prompt, or chat, in this process"},
     {"inspect", ember::cli::cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"models", ember::cli::cmd_models, "list the named models --model accepts"},
     {"fixture", ember::cli::cmd_fixture, "write a small random-weight model for tests"},
 };
 

@@ -43,6 +43,17 @@ const settings::Table<ServeSettings>& serve_settings_table() {
     t.add("--body-timeout", &S::body_timeout_s, "EMBER_BODY_TIMEOUT",
           "seconds to receive a whole request body")
         .at_least(0.001);
+    t.add("--write-timeout", &S::write_timeout_s, "EMBER_WRITE_TIMEOUT",
+          "seconds one write of an answer may take; a client that stops reading is cancelled "
+          "as a slow consumer")
+        .at_least(0.001);
+    t.add("--system-prompt", &S::system_prompt, "EMBER_SYSTEM_PROMPT",
+          "system prompt for chats that bring none (\"\": none)");
+    t.add("--max-tokens", &S::max_tokens, "EMBER_MAX_TOKENS",
+          "most tokens generated for a request that sets no max_tokens (the context bounds "
+          "every request)")
+        .range(1, 1 << 30);
+    t.add("--no-web-ui", &S::no_web_ui, "EMBER_NO_WEB_UI", "do not serve the chat page at /");
     t.add("--io-threads", &S::io_threads, "EMBER_IO_THREADS", "HTTP threads").range(1, 64);
     t.add("--stall-limit", &S::stall_limit_s, "EMBER_STALL_LIMIT",
           "seconds the engine may make no progress with work pending before /health reports "

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/settings.h"
+#include "text/text_codec.h"
 
 namespace ember::cli {
 
@@ -25,6 +26,10 @@ struct ServeSettings {
   int64_t max_body_bytes = 4 << 20;
   double header_timeout_s = 10;
   double body_timeout_s = 30;
+  double write_timeout_s = 30;
+  std::string system_prompt = text::kDefaultSystemPrompt;
+  int32_t max_tokens = 4096;
+  bool no_web_ui = false;
   int32_t io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";

@@ -25,6 +25,10 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 // One request, from submit to its DoneEvent.
 struct Req {
   uint64_t id = 0;
@@ -33,6 +37,7 @@ struct Req {
   // Set (first writer wins) by Engine::cancel from any thread; read at every poll, so a cancel
   // that arrives while a hook blocks is seen by the re-poll without a trip through the mailbox.
   std::atomic<int> ext_cause{0};
+  std::atomic<int64_t> ext_at_ns{0};  // when ext_cause was set (steady_clock)
   Clock::time_point t_submit, t_admit, t_first;
 
   // Engine thread only.
@@ -66,7 +71,8 @@ struct Engine::Impl {
   int32_t in_flight = 0;                                        // guarded by mu
   std::shared_ptr<const GenHooks> hooks;                        // guarded by mu
   std::atomic<bool> shutdown{false};
-  uint64_t next_id = 1;  // guarded by mu
+  std::atomic<int64_t> shutdown_at_ns{0};  // when signal_shutdown first ran (steady_clock)
+  uint64_t next_id = 1;                    // guarded by mu
 
   std::atomic<int32_t> n_active{0}, n_queued{0};
   std::atomic<uint64_t> n_steps{0}, n_tokens{0}, n_prompt{0};
@@ -85,6 +91,7 @@ struct Engine::Impl {
   void admit(const std::shared_ptr<const GenHooks>& snapshot);
   void step();
   CancelCause check(Req& r, bool counted);
+  Clock::time_point cancel_requested_at(const Req& r, Clock::time_point now) const;
   CancelCause poll_site(Req& r);
   void produce(Req& r, const float* row);
   void finish(Req& r, FinishReason reason, CancelCause cause, std::string message);
@@ -141,6 +148,7 @@ void Engine::set_hooks(GenHooks h) {
 void Engine::signal_shutdown() {
   {
     std::lock_guard lk(impl_->mu);
+    if (!impl_->shutdown.load()) impl_->shutdown_at_ns.store(to_ns(Clock::now()));
     impl_->shutdown.store(true);
   }
   impl_->cv.notify_all();
@@ -152,7 +160,10 @@ void Engine::cancel(uint64_t id, CancelCause cause) {
   auto it = impl_->registry.find(id);
   if (it == impl_->registry.end()) return;  // already finished: nothing to stop
   int expected = 0;
-  it->second->ext_cause.compare_exchange_strong(expected, static_cast<int>(cause));
+  Req& r = *it->second;
+  const int64_t at = to_ns(Clock::now());
+  if (r.ext_cause.load() == 0) r.ext_at_ns.store(at);  // before the cause: a poll that sees
+  r.ext_cause.compare_exchange_strong(expected, static_cast<int>(cause));  // it sees the time
   impl_->cv.notify_all();
 }
 
@@ -172,9 +183,12 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
   using K = SubmitError::Kind;
   auto bad = [](K k, std::string m) { return SubmitError{k, std::move(m)}; };
   if (g.prompt.empty()) return bad(K::InvalidRequest, "prompt is empty");
-  if (g.prompt.size() > size_t(n_ctx)) {
+  // The one owner of the context check: the prompt must leave room for one generated token.
+  if (g.prompt.size() >= size_t(n_ctx)) {
     return bad(K::PromptTooLong,
-               fmt::format("prompt has {} tokens; context is {}", g.prompt.size(), n_ctx));
+               fmt::format("the prompt has {} tokens, but this model's context holds {} tokens "
+                           "(prompt and answer together)",
+                           g.prompt.size(), n_ctx));
   }
   for (size_t i = 0; i < g.prompt.size(); ++i) {
     if (g.prompt[i] < 0 || g.prompt[i] >= n_vocab) {
@@ -193,8 +207,8 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
   }
   if (s.top_k < 0)
     return bad(K::InvalidRequest, fmt::format("top_k must be >= 0 (got {})", s.top_k));
-  if (!(s.top_p > 0.f && s.top_p <= 1.f)) {
-    return bad(K::InvalidRequest, fmt::format("top_p must be in (0, 1] (got {})", s.top_p));
+  if (!(s.top_p >= 0.f && s.top_p <= 1.f)) {  // 0: only the most likely token survives
+    return bad(K::InvalidRequest, fmt::format("top_p must be in [0, 1] (got {})", s.top_p));
   }
   if (!(s.min_p >= 0.f && s.min_p <= 1.f)) {
     return bad(K::InvalidRequest, fmt::format("min_p must be in [0, 1] (got {})", s.min_p));
@@ -255,6 +269,9 @@ void Engine::Impl::run() {
       std::unique_lock lk(mu);
       if (active.empty() && waiting.empty()) {
         cv.wait(lk, [&] { return !inbox.empty() || shutdown.load(); });
+        // Decided under the lock that submit() takes: once shutdown is set submit() refuses,
+        // so an inbox empty now stays empty and no accepted request misses its DoneEvent.
+        if (shutdown.load() && inbox.empty()) break;
       }
       while (!inbox.empty()) {
         waiting.push_back(std::move(inbox.front()));
@@ -264,10 +281,7 @@ void Engine::Impl::run() {
     }
     sweep_waiting();
     admit(snapshot);
-    if (active.empty()) {
-      if (shutdown.load() && waiting.empty()) break;
-      continue;
-    }
+    if (active.empty()) continue;  // shutdown ends the loop above, with the inbox checked
     step();
   }
 }
@@ -304,10 +318,7 @@ void Engine::Impl::admit(const std::shared_ptr<const GenHooks>& snapshot) {
     n_queued.fetch_sub(1);
     n_active.fetch_add(1);
     n_prompt.fetch_add(uint64_t(r->prompt_len));
-    if (r->max_gen <= 0) {  // the prompt fills the context: no room for one token
-      finish(*r, FinishReason::Length, CancelCause::None, "");
-      continue;
-    }
+    EMBER_ASSERT(r->max_gen >= 1);  // validate(): the prompt leaves room for one token
     // A fresh sequence per request, destroyed at finish: no state can leak between requests.
     r->seq = backend->new_sequence(r->prompt_len + r->max_gen);
     r->sampler.emplace(r->g.sampling, n_vocab);
@@ -423,6 +434,20 @@ void Engine::Impl::produce(Req& r, const float* row) {
   r.last = c.token;
 }
 
+// The earliest moment anyone asked `r` to stop, as far as the engine knows; `now` when the
+// cause carries no time (a dropped stream, a spent budget, a slow consumer).
+Clock::time_point Engine::Impl::cancel_requested_at(const Req& r, Clock::time_point now) const {
+  Clock::time_point t = now;
+  auto earlier = [&](int64_t ns) {
+    if (ns != 0) t = std::min(t, Clock::time_point(std::chrono::nanoseconds(ns)));
+  };
+  earlier(r.ext_at_ns.load());
+  earlier(shutdown_at_ns.load());
+  if (auto at = r.g.cancel.cancelled_at()) t = std::min(t, *at);
+  if (r.g.deadline) t = std::min(t, *r.g.deadline);
+  return t;
+}
+
 // Releases the request's resources, THEN delivers its DoneEvent: a consumer that has seen the
 // DoneEvent can rely on stats() and the backend's live KV memory no longer counting it.
 void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::string message) {
@@ -451,6 +476,13 @@ void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::s
   d.timings.queued_ms = ms_between(r.t_submit, admitted ? r.t_admit : now);
   if (admitted) d.timings.prefill_ms = ms_between(r.t_admit, r.seeded ? r.t_first : now);
   if (r.seeded) d.timings.decode_ms = ms_between(r.t_first, now);
+  if (reason == FinishReason::Cancelled) {
+    d.timings.cancel_phase = !admitted                                   ? CancelPhase::Queued
+                             : r.seeded                                  ? CancelPhase::Decode
+                             : r.prompt_len - r.pos > opts.prefill_chunk ? CancelPhase::Prefill
+                                                                         : CancelPhase::Seed;
+    d.timings.cancel_ms = ms_between(cancel_requested_at(r, now), now);
+  }
   if (reason == FinishReason::Cancelled && message.empty()) {
     message = fmt::format("cancelled ({}) after {} tokens", cancel_cause_name(cause), r.n_gen);
   }

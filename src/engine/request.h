@@ -32,8 +32,10 @@ struct SamplingParams {
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  int32_t max_tokens = 256;  // clipped to the context; reaching it ends with `length`
-  CancelToken cancel;        // CancelToken::never() by default
+  // Clipped by the engine (its one owner) to the room the context leaves after the prompt;
+  // reaching it ends with `length`. INT32_MAX: as many as the context holds.
+  int32_t max_tokens = 256;
+  CancelToken cancel;  // CancelToken::never() by default
   // Cancelled with cause `deadline` at the first poll site past this instant.
   std::optional<std::chrono::steady_clock::time_point> deadline;
 };
@@ -54,10 +56,20 @@ struct Usage {
   int32_t completion_tokens = 0;
 };
 
+// Where a cancelled request was when the engine released it: waiting for a slot, before a
+// non-final prefill chunk, before the seed forward, or decoding.
+enum class CancelPhase { Queued, Prefill, Seed, Decode };
+std::string_view cancel_phase_name(CancelPhase p);  // "queued", "prefill", "seed", "decode"
+
 struct Timings {
   double queued_ms = 0;   // submit -> admitted
   double prefill_ms = 0;  // admitted -> first token
   double decode_ms = 0;   // first token -> done
+  // Cancelled requests only: from the earliest cancel request the engine knows of (the
+  // token's cancel(), Engine::cancel, signal_shutdown, the deadline) to the release of the
+  // request's resources; -1 otherwise.
+  double cancel_ms = -1;
+  CancelPhase cancel_phase = CancelPhase::Queued;
 };
 
 struct DoneEvent {

@@ -32,8 +32,9 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float rope_base_local = 10000.f;  // gemma3 sliding-window layers
   int32_t sliding_window = 0;       // gemma3: 0 = none
-  int32_t sliding_pattern = 0;      // gemma3: every n-th layer is global
-  float attn_scale = 0.f;           // 0 = 1/sqrt(head_dim)
+  // gemma3: [n_layer], 1 for a layer that uses the sliding window and rope_base_local
+  std::vector<uint8_t> sliding_layers;
+  float attn_scale = 0.f;  // 0 = 1/sqrt(head_dim)
   bool tied_output = false;
   // Added by the model layer:
   int32_t rope_dim = 0;             // dimensions rotated per head ({arch}.rope.dimension_count)
@@ -43,8 +44,8 @@ struct ModelConfig {
   float final_logit_softcap = 0.f;  // 0 = none; else logits = c * tanh(logits / c)
   // gemma3: true when layer il uses the sliding window and the local rope base.
   bool is_sliding(int32_t il) const {
-    return sliding_window > 0 && sliding_pattern > 0 &&
-           (il % sliding_pattern) < sliding_pattern - 1;
+    return sliding_window > 0 && il >= 0 && static_cast<size_t>(il) < sliding_layers.size() &&
+           sliding_layers[static_cast<size_t>(il)] != 0;
   }
 };
 

@@ -1,11 +1,24 @@
 // POST /v1/chat/completions and /v1/completions: validate, template, tokenize, submit, then
 // relay engine events as SSE chunks or one JSON body.
 //
-// Cancellation (DESIGN.md §3): the handler holds a CancelOnDrop on the request's token for as
-// long as it serves the connection; only a completed answer disarms it, so a coroutine torn
-// down early cancels. While the answer is produced, a read on the socket (the watcher) notices
-// a client that leaves — streaming or not — and cancels at once; the engine sees it at its next
-// poll site.
+// Cancellation (DESIGN.md §3): the handler owns the request's EventStream; a coroutine torn
+// down early drops it, which cancels the request. While the answer is produced, a read on the
+// socket (the watcher) notices a client that leaves — streaming or not — and cancels at once; the
+// engine sees it at its next poll site.
+//
+// Leak paths closed (issue 10):
+// - The watcher never stops looking: bytes pipelined past kPipelineCap are discarded (and the
+//   connection is closed after this answer) instead of ending the watch.
+// - A half-close (EOF on read) is not a departure: HTTP lets a client shut its write side and
+//   still want the answer. The watcher then probes: an HTTP/1.1 non-streaming request gets an
+//   interim `100 Continue` (streaming writes are probes already), and a peer that had closed
+//   for good answers it with a reset, which the watcher sees by peeking the socket.
+// - Every write has a deadline (write_timeout); a write that fails cancels the request at
+//   once, as slow_consumer when the deadline passed, as client otherwise.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <random>
 
@@ -35,32 +48,110 @@ struct Wake {
   }
 };
 
+constexpr size_t kPipelineCap = 1 << 20;  // pipelined bytes kept for the next request
+constexpr auto kProbeInterval = std::chrono::milliseconds(50);
+
 struct Watch {
-  bool done = false;         // the watcher's read has completed for good
+  explicit Watch(asio::any_io_executor ex) : probe_timer(ex) {}
+  bool done = false;         // no read or probe of the watcher is outstanding any more
   bool stopping = false;     // the handler asked it to stop
-  bool client_gone = false;  // EOF or reset while the answer was being produced
+  bool client_gone = false;  // reset (or a close seen by the probe) while answering
+  bool half_closed = false;  // EOF: the client sends no more; it may still want the answer
+  bool discarded = false;    // pipelined bytes past the cap were dropped: close after answering
+  bool may_probe = false;    // HTTP/1.1 and nothing written yet: an interim 100 is allowed
+  std::optional<worker::CancelCause> cause;  // why the server cancelled (first reason wins)
+  asio::steady_timer probe_timer;
+  std::array<char, 4096> sink;  // where pipelined bytes past the cap go
 };
 
-void arm_watch(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_ptr<Wake> wake,
+// Whether the connection is dead: a peer that closed for good answers our next bytes with a
+// reset, which moves the socket to CLOSE (or leaves an error); one that only shut its write
+// side does not. (recv() cannot tell: after a FIN it reports end-of-stream forever.)
+bool socket_failed(tcp::socket& s) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+    return true;
+  }
+  tcp_info info{};
+  len = sizeof(info);
+  return ::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+         info.tcpi_state == TCP_CLOSE;
+}
+
+void client_left(Watch& w, const std::function<void()>& on_gone, std::string_view why) {
+  log::debug("ember: client gone: {}", why);
+  w.client_gone = true;
+  if (!w.cause) w.cause = worker::CancelCause::Client;
+  on_gone();
+}
+
+// After EOF: look every kProbeInterval for the reset that tells a closed client from a
+// half-closed one, until the handler stops the watch.
+void arm_probe(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_ptr<Wake> wake,
                std::function<void()> on_gone) {
-  if (w->stopping || c->buf.size() > (1 << 20)) {  // a client pipelining megabytes: stop looking
+  if (w->stopping || w->client_gone) {
     w->done = true;
     wake->notify();
     return;
   }
-  auto mb = c->buf.prepare(4096);
-  c->stream.async_read_some(mb, [c, w, wake, on_gone = std::move(on_gone)](
+  w->probe_timer.expires_after(kProbeInterval);
+  w->probe_timer.async_wait(
+      [c, w, wake, on_gone = std::move(on_gone)](const boost::system::error_code&) mutable {
+        if (!w->stopping && c->stream.socket().is_open() && socket_failed(c->stream.socket())) {
+          client_left(*w, on_gone, "reset after a half-close");
+        }
+        arm_probe(std::move(c), std::move(w), std::move(wake), std::move(on_gone));
+      });
+}
+
+void arm_watch(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_ptr<Wake> wake,
+               std::function<void()> on_gone) {
+  if (w->stopping) {
+    w->done = true;
+    wake->notify();
+    return;
+  }
+  // Past the cap, bytes are read into a sink and dropped (the connection closes after this
+  // answer), but the read goes on: a client that leaves is seen whatever it sent.
+  const bool keep_bytes = c->buf.size() + w->sink.size() <= kPipelineCap;
+  asio::mutable_buffer mb = keep_bytes ? c->buf.prepare(w->sink.size()) : asio::buffer(w->sink);
+  c->stream.async_read_some(mb, [c, w, wake, keep_bytes, on_gone = std::move(on_gone)](
                                     const boost::system::error_code& ec, size_t n) mutable {
     if (!ec) {
-      c->buf.commit(n);  // pipelined bytes: kept for the next request
+      if (keep_bytes) {
+        c->buf.commit(n);  // pipelined bytes: kept for the next request
+      } else {
+        w->discarded = true;
+      }
       arm_watch(std::move(c), std::move(w), std::move(wake), std::move(on_gone));
       return;
     }
-    if (!w->stopping) {
-      log::debug("ember: client gone: {}", ec.message());
-      w->client_gone = true;
-      on_gone();
+    if (w->stopping) {
+      w->done = true;
+      wake->notify();
+      return;
     }
+    if (ec == asio::error::operation_aborted) {
+      // Our own close (a write deadline passed): the writer cancels with its cause.
+      w->done = true;
+      wake->notify();
+      return;
+    }
+    if (ec == asio::error::eof) {
+      w->half_closed = true;
+      if (w->may_probe) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        // Nothing else is being written (may_probe), so the send buffer is empty and this
+        // small write completes at once.
+        (void)!::send(c->stream.socket().native_handle(), kContinue.data(), kContinue.size(),
+                      MSG_NOSIGNAL | MSG_DONTWAIT);
+        w->may_probe = false;
+      }
+      arm_probe(std::move(c), std::move(w), std::move(wake), std::move(on_gone));
+      return;
+    }
+    client_left(*w, on_gone, ec.message());
     w->done = true;
     wake->notify();
   });
@@ -85,7 +176,7 @@ struct InFlight {
   ~InFlight() { s.in_flight--; }
 };
 
-TokenLogprob to_logprob(const TextCodec& text, const worker::TokenEvent& t) {
+TokenLogprob to_logprob(const text::TextCodec& text, const worker::TokenEvent& t) {
   TokenLogprob lp{text.token_text(t.id), t.logprob, {}};
   for (const auto& [id, p] : t.top) lp.top.emplace_back(text.token_text(id), p);
   return lp;
@@ -118,6 +209,8 @@ struct Prepared {
 
 // Everything before the engine, as a plain function: state checks, parsing, the model name,
 // the chat template, tokenization and the context check.
+// The caller counts the request in flight BEFORE calling: a drain that begins while the
+// request is being templated then waits for it rather than missing it.
 std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, Endpoint endpoint) {
   Prepared p;
   p.model = s.current_model();
@@ -135,23 +228,19 @@ std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, En
         fmt::format("model '{}' does not exist; this server serves {}", p.r.model, list), "model"};
   }
   if (endpoint == Endpoint::Chat) {
-    auto enc = p.model->text->encode_chat(p.r.messages);
+    std::vector<text::ChatMessage> conv;
+    conv.reserve(p.r.messages.size());
+    for (const Message& m : p.r.messages) conv.push_back({m.role, m.content});
+    auto enc = p.model->text->encode_chat(conv);
     if (!enc) return ApiError{ErrorKind::InvalidRequest, enc.message(), "messages"};
     p.prompt = std::move(*enc);
   } else {
     p.prompt = p.model->text->encode_prompt(p.r.prompt);
     p.prompt_param = "prompt";
   }
-  p.n_ctx = p.model->engine->n_ctx();
-  const auto n_prompt = static_cast<int32_t>(p.prompt.size());
-  if (n_prompt == 0)
+  // The context check has one owner, the engine (its submit error names both numbers).
+  if (p.prompt.empty()) {
     return ApiError{ErrorKind::InvalidRequest, "the prompt is empty", p.prompt_param};
-  if (n_prompt >= p.n_ctx) {
-    return ApiError{ErrorKind::ContextTooLong,
-                    fmt::format("the prompt has {} tokens, but this model's context holds {} "
-                                "tokens (prompt and answer together)",
-                                n_prompt, p.n_ctx),
-                    p.prompt_param};
   }
   return p;
 }
@@ -164,6 +253,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
                                         const Request& req, Endpoint endpoint,
                                         std::string_view route) {
   const auto t0 = Clock::now();
+  InFlight in_flight(s);
   auto prepared = prepare(s, req, endpoint);
   if (auto* e = std::get_if<ApiError>(&prepared)) {
     Reply reply = error_reply(*e);
@@ -172,11 +262,9 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   Prepared& p = std::get<Prepared>(prepared);
   auto& model = p.model;
   CompletionRequest& r = p.r;
-  const int32_t n_ctx = p.n_ctx;
   const auto n_prompt = static_cast<int32_t>(p.prompt.size());
   const char* prompt_param = p.prompt_param;
 
-  InFlight in_flight(s);
   if (s.cut_off) {
     Reply reply = error_reply({ErrorKind::Draining, "the server is shutting down", {}});
     co_return co_await send_reply(s, *c, req, route, reply);
@@ -184,9 +272,14 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   worker::GenerateRequest g;
   g.prompt = std::move(p.prompt);
   g.sampling = r.sampling;
-  g.max_tokens = std::min(r.max_tokens.value_or(n_ctx - n_prompt), n_ctx - n_prompt);
+  // No max_tokens: the server's cap (--max-tokens) bounds it; the engine clips either to the
+  // context (one owner for that check).
+  g.max_tokens = r.max_tokens.value_or(s.opts.default_max_tokens);
   g.cancel = worker::CancelToken::make();
-  worker::CancelOnDrop guard = g.cancel.cancel_on_drop();
+  // No CancelOnDrop here: a handler torn down early (an exception, the io_context destroyed)
+  // drops `sub.stream`, and a dropped stream is a cancel the engine sees at its next poll
+  // (engine test dropping_the_stream_cancels_the_request_and_frees_its_slot). A guard on the
+  // token was a second mechanism for the same promise that no test could tell apart.
   worker::CancelToken token = g.cancel;
 
   auto wake = std::make_shared<Wake>(c->stream.get_executor());
@@ -210,12 +303,14 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   // The drain may have cut off before this request reached the engine.
   if (s.cut_off) model->engine->cancel(rid, worker::CancelCause::Shutdown);
 
-  auto watch = std::make_shared<Watch>();
+  auto watch = std::make_shared<Watch>(c->stream.get_executor());
+  watch->may_probe = !r.stream && req.version() >= 11;
   auto engine_client = model->engine;
-  arm_watch(c, watch, wake, [token, engine_client, rid] {
+  auto cancel_for = [token, engine_client, rid](worker::CancelCause cause) {
     token.cancel();
-    engine_client->cancel(rid, worker::CancelCause::Client);
-  });
+    engine_client->cancel(rid, cause);
+  };
+  arm_watch(c, watch, wake, [cancel_for] { cancel_for(worker::CancelCause::Client); });
 
   ResponseContext ctx{endpoint, new_id(endpoint),
                       std::chrono::duration_cast<std::chrono::seconds>(
@@ -233,13 +328,26 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   uint64_t n_generated = 0;
 
   auto writable = [&] { return !watch->client_gone && !write_failed; };
+  // A failed write ends the request now: nobody will read the rest. A write past its deadline
+  // is a client that stopped reading.
+  auto on_write = [&](const boost::system::error_code& ec) {
+    c->stream.expires_never();
+    if (!ec || write_failed) return;
+    write_failed = true;
+    auto cause = ec == beast::error::timeout ? worker::CancelCause::SlowConsumer
+                                             : worker::CancelCause::Client;
+    log::debug("ember: write failed ({}): cancelling", ec.message());
+    if (!watch->cause) watch->cause = cause;
+    cancel_for(cause);
+  };
   std::string event;  // the SSE event being written
   auto write = [&]() -> asio::awaitable<void> {
     if (!writable()) co_return;
     auto chunk = http::make_chunk(asio::buffer(event));
+    c->stream.expires_after(s.opts.write_timeout);
     auto [ec, n] =
         co_await asio::async_write(c->stream, chunk, asio::as_tuple(asio::use_awaitable));
-    if (ec) write_failed = true;
+    on_write(ec);
   };
 
   if (r.stream) {
@@ -250,9 +358,10 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     res.keep_alive(req.keep_alive());
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
+    c->stream.expires_after(s.opts.write_timeout);
     auto [ec, n] =
         co_await http::async_write_header(c->stream, sr, asio::as_tuple(asio::use_awaitable));
-    if (ec) write_failed = true;
+    on_write(ec);
     s.metrics.count_request(route, 200);
     if (endpoint == Endpoint::Chat) {
       event = sse_event(chunk_role(ctx));
@@ -281,7 +390,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       s.metrics.add_generated_tokens(1);
       if (stopped_by_string) continue;  // the engine is still finishing its current step
       if (r.logprobs) lps.push_back(to_logprob(*model->text, t));
-      auto step = stop.push(detok->push(t.id));
+      auto step = stop.push(detok.push(t.id));
       if (step.stopped) {
         stopped_by_string = true;
         token.cancel();
@@ -303,7 +412,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   // Text still held by the detokenizer or the stop matcher.
   if (!stopped_by_string) {
-    auto step = stop.push(detok->flush());
+    auto step = stop.push(detok.flush());
     std::string tail = step.emit + (step.stopped ? "" : stop.flush());
     stopped_by_string = step.stopped;
     if (r.stream && !tail.empty()) {
@@ -316,8 +425,12 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   const bool cancelled = done->reason == worker::FinishReason::Cancelled && !stopped_by_string;
   if (cancelled) {
-    auto cause = watch->client_gone ? worker::CancelCause::Client : done->cause;
+    auto cause = watch->cause.value_or(done->cause);
     s.metrics.count_cancellation(worker::cancel_cause_name(cause));
+  }
+  if (done->timings.cancel_ms >= 0) {
+    s.metrics.observe_cancel_latency(worker::cancel_phase_name(done->timings.cancel_phase),
+                                     done->timings.cancel_ms / 1000.0);
   }
   std::string finish =
       stopped_by_string ? "stop" : std::string(worker::finish_reason_name(done->reason));
@@ -326,6 +439,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   if (usage.completion_tokens == 0) usage.completion_tokens = static_cast<int32_t>(n_generated);
 
   bool keep = false;
+  watch->may_probe = false;  // the answer is written now: no probe may interleave it
   if (r.stream) {
     event = sse_event(chunk_final(ctx, finish));
     co_await write();
@@ -343,9 +457,10 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     co_await write();
     if (writable()) {
       auto last = http::make_chunk_last();
+      c->stream.expires_after(s.opts.write_timeout);
       auto [ec, n] =
           co_await asio::async_write(c->stream, last, asio::as_tuple(asio::use_awaitable));
-      if (ec) write_failed = true;
+      on_write(ec);
     }
     keep = req.keep_alive() && writable() && !s.is_draining;
   } else if (watch->client_gone) {
@@ -366,14 +481,15 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   // Stop the watcher and wait until its read has completed: the next request reads the socket.
   watch->stopping = true;
   if (!watch->done) {
-    c->stream.socket().cancel();
+    boost::system::error_code ignored;
+    c->stream.socket().cancel(ignored);
+    watch->probe_timer.cancel();
     while (!watch->done) {
       wake->notified = false;
       co_await wait_for(*wake);
     }
   }
-  guard.disarm();  // the answer is complete (or its client gone and cancelled already)
-  co_return keep && !watch->client_gone;
+  co_return keep && !watch->client_gone && !watch->half_closed && !watch->discarded;
 }
 
 }  // namespace ember::server

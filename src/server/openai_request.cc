@@ -236,10 +236,11 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
       return e;
     }
   }
+  // `null` means unset for every optional field: a null max_completion_tokens leaves
+  // max_tokens in force (clients serialise unset fields as null).
   std::optional<int64_t> n;
-  const char* max_key =
-      body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto e = read_int(body, max_key, 1, INT32_MAX, &n)) return e;
+  if (auto e = read_int(body, "max_tokens", 1, INT32_MAX, &n)) return e;
+  if (auto e = read_int(body, "max_completion_tokens", 1, INT32_MAX, &n)) return e;
   if (n) r->max_tokens = static_cast<int32_t>(*n);
 
   worker::SamplingParams& s = r->sampling;

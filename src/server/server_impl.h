@@ -18,6 +18,7 @@
 
 #include "server/api_error.h"
 #include "server/drain.h"
+#include "server/openai_request.h"
 #include "server/progress.h"
 #include "server/server.h"
 
@@ -51,7 +52,10 @@ struct Server::Impl {
   // strand outliving its io_context locks a destroyed mutex: found by TSan)
   std::optional<asio::strand<asio::io_context::executor_type>> control;
   std::optional<tcp::acceptor> acceptor;
-  std::optional<asio::signal_set> signals;
+  // SIGINT/SIGTERM: a sigaction handler writes the signal number to signal_pipe (server.cc)
+  std::optional<asio::posix::stream_descriptor> signal_reader;
+  int signal_pipe[2] = {-1, -1};
+  unsigned char signal_byte = 0;
   std::vector<std::thread> threads;
   Metrics metrics;
 

@@ -5,6 +5,7 @@
 #include "base/log.h"
 #include "server/server_impl.h"
 #include "server/sse.h"
+#include "server/web_assets.h"
 
 namespace ember::server {
 
@@ -22,8 +23,18 @@ std::string_view path_of(std::string_view target) {
   return target.substr(0, target.find('?'));
 }
 
-// Route label for metrics: a known path, or "other" (unknown paths must not grow the label set).
-std::string_view route_label(std::string_view path) {
+const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
+  if (!s.opts.web_ui) return nullptr;
+  for (const WebAsset& a : web_assets()) {
+    if (a.path == path) return &a;
+  }
+  return nullptr;
+}
+
+// Route label for metrics: a known path, "web" for the chat page's files, or "other" (unknown
+// paths must not grow the label set).
+std::string_view route_label(const Server::Impl& s, std::string_view path) {
+  if (find_web_asset(s, path)) return "web";
   for (std::string_view known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
                                  "/ready", "/metrics", "/admin/shutdown"}) {
     if (path == known) return known;
@@ -119,6 +130,7 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
       auto st = m->engine->stats();
       snap.queue_depth = st.queued;
       snap.active_sequences = st.active;
+      snap.kv_bytes = st.kv_bytes;
       snap.engine_steps = st.steps;
       snap.engine_up = st.available;
       snap.worker_restarts = st.worker_restarts;
@@ -143,12 +155,16 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
     return {http::status::ok, "application/json", models_body(*m), 0};
   }
   if (v1) return method_not_allowed(path, req);  // a completion route, not POSTed
+  if (const WebAsset* a = find_web_asset(s, path)) {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    return {http::status::ok, std::string(a->content_type), std::string(a->body), 0};
+  }
   return error_reply({ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
 }
 
 asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req) {
   std::string_view path = path_of(req.target());
-  std::string_view route = route_label(path);
+  std::string_view route = route_label(s, path);
   bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
   if (completion && req.method() == http::verb::post && authorized(s, req)) {
     Endpoint e = path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
@@ -192,7 +208,7 @@ asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
   if (req.method() != http::verb::head) res.body() = reply.body;
   res.prepare_payload();
   s.metrics.count_request(route, static_cast<int>(reply.status));
-  c.stream.expires_after(std::chrono::seconds(30));  // a client that never reads its answer
+  c.stream.expires_after(s.opts.write_timeout);  // a client that never reads its answer
   auto [ec, n] = co_await http::async_write(c.stream, res, asio::as_tuple(asio::use_awaitable));
   c.stream.expires_never();
   co_return keep && !ec;

@@ -1,7 +1,6 @@
 #include "worker/engine_settings.h"
 
 #include "gguf/reader.h"
-#include "text/vocab.h"
 
 namespace ember::worker {
 
@@ -31,10 +30,9 @@ const settings::Table<EngineSettings>& engine_settings_table() {
   return table;
 }
 
-Result<LoadedModel> load_model(const EngineSettings& s) {
+Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog_tokens) {
   EMBER_TRY(gguf::File file, gguf::File::open(s.model));
   auto shared = std::make_shared<const gguf::File>(std::move(file));
-  EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
   model::LoadOptions lo;
   lo.n_threads = s.threads;
   lo.n_ctx = s.ctx_size;
@@ -48,7 +46,7 @@ Result<LoadedModel> load_model(const EngineSettings& s) {
   m.options.max_queued = s.max_queued;
   m.options.prefill_chunk = s.prefill_chunk;
   m.options.event_queue_capacity = s.event_queue_capacity;
-  m.options.eog_tokens = vocab.eog;
+  m.options.eog_tokens = std::move(eog_tokens);
   return m;
 }
 

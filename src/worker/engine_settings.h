@@ -17,7 +17,7 @@
 namespace ember::worker {
 
 struct EngineSettings {
-  std::string model;  // a GGUF path (the front resolves names before passing it on)
+  std::string model = "default";  // a GGUF path (the front resolves names before passing it on)
   int32_t threads = 0;
   int32_t ctx_size = 0;
   int32_t max_sequences = 8;
@@ -35,6 +35,8 @@ struct LoadedModel {
   ModelInfo info;
 };
 
-Result<LoadedModel> load_model(const EngineSettings& s);
+// `eog_tokens`: the end-of-generation ids, from the front's text codec (the vocabulary's and
+// the chat template's end of turn): the engine finishes with `stop` on them.
+Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog_tokens);
 
 }  // namespace ember::worker

@@ -119,7 +119,7 @@ void sampling_fields(V& v, SamplingParams& s) {
 
 template <typename V>
 void fields(V& v, Configure& m) {
-  v(m.settings);
+  v(m.settings), v(m.eog_tokens);
 }
 template <typename V>
 void fields(V& v, Submit& m) {
@@ -157,7 +157,8 @@ template <typename V>
 void fields(V& v, Done& m) {
   v(m.id), v(m.done.reason), v(m.done.cause), v(m.done.usage.prompt_tokens);
   v(m.done.usage.completion_tokens), v(m.done.timings.queued_ms), v(m.done.timings.prefill_ms);
-  v(m.done.timings.decode_ms), v(m.done.message), v(m.done.retryable);
+  v(m.done.timings.decode_ms), v(m.done.timings.cancel_ms), v(m.done.timings.cancel_phase);
+  v(m.done.message), v(m.done.retryable);
 }
 template <typename V>
 void fields(V& v, Stats& m) {
@@ -177,7 +178,8 @@ bool check(const Rejected& m) {
   return m.error.kind <= SubmitError::Kind::EngineUnavailable;
 }
 bool check(const Done& m) {
-  return m.done.reason <= FinishReason::Error && m.done.cause <= CancelCause::SlowConsumer;
+  return m.done.reason <= FinishReason::Error && m.done.cause <= CancelCause::SlowConsumer &&
+         m.done.timings.cancel_phase <= engine::CancelPhase::Decode;
 }
 template <typename M>
 bool check(const M&) {

@@ -51,6 +51,7 @@ const char* type_name(Type t);
 struct Configure {  // the engine settings, as the settings table dumps them
   static constexpr Type kType = Type::Configure;
   std::vector<std::pair<std::string, std::string>> settings;
+  std::vector<int32_t> eog_tokens;  // from the front's text codec
 };
 struct Submit {
   static constexpr Type kType = Type::Submit;

@@ -101,7 +101,7 @@ void SubprocessEngineClient::supervise() {
     }
     log::info("engine worker: started pid {}", child->pid());
     const auto t_start = Clock::now();
-    send(proto::encode(proto::Configure{opts_.settings}));
+    send(proto::encode(proto::Configure{opts_.settings, opts_.eog_tokens}));
     read_events(*child);  // until the worker's stdout closes
 
     std::unique_lock lock(mu_);

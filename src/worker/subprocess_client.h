@@ -39,6 +39,7 @@ namespace ember::worker {
 struct SubprocessOptions {
   std::vector<std::string> argv;  // the worker's command line: {ember, "engine", ...}
   std::vector<std::pair<std::string, std::string>> settings;  // sent in the Configure frame
+  std::vector<int32_t> eog_tokens;                            // likewise
   process::LadderWindows ladder;
   std::chrono::milliseconds backoff_initial{250};
   std::chrono::milliseconds backoff_max{10'000};

@@ -17,8 +17,10 @@
 namespace ember::worker {
 
 using engine::cancel_cause_name;
+using engine::cancel_phase_name;
 using engine::CancelCause;
 using engine::CancelOnDrop;
+using engine::CancelPhase;
 using engine::CancelToken;
 using engine::DoneEvent;
 using engine::Event;

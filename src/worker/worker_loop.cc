@@ -114,6 +114,10 @@ class Outbox {
           if (auto* t = std::get_if<TokenEvent>(&*ev)) {
             proto::append(buf, proto::Token{id, std::move(*t)});
           } else {
+            // Stats first: the engine released the request before pushing its DoneEvent, so
+            // a front that holds the Done already sees stats without it (engine.h's promise,
+            // kept across the process boundary).
+            if (stats) proto::append(buf, proto::Stats{stats()});
             proto::append(buf, proto::Done{id, std::get<DoneEvent>(*ev)});
             std::lock_guard lock(mu_);
             streams_.erase(id);
@@ -300,7 +304,7 @@ class Worker {
     auto loaded = [&]() -> Result<LoadedModel> {
       EMBER_TRY_STATUS(engine_settings_table().apply(s, m.settings));
       log::info("engine worker: settings: {}", engine_settings_table().describe(s));
-      return o_.load(s);
+      return o_.load(s, m.eog_tokens);
     }();
     if (!loaded) {
       log::error("engine worker: {}", loaded.message());

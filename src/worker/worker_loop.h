@@ -33,7 +33,7 @@ struct WorkerOptions {
   pid_t parent_pid = 0;     // 0: no parent check
   bool ignore_eof = false;  // test only: EOF on stdin does not start the drain
   // Loads the model for a Configure frame (tests inject a fake engine's backend).
-  std::function<Result<LoadedModel>(const EngineSettings&)> load = load_model;
+  std::function<Result<LoadedModel>(const EngineSettings&, std::vector<int32_t>)> load = load_model;
   // The warm-state seam (DESIGN.md §5): called once after the drain, before exit 0, with the
   // engine still alive. Issue 9's prefix cache saves its file here. Empty: nothing to save.
   std::function<Status(engine::Engine&)> save_warm_state;

@@ -25,10 +25,11 @@ def string(s):
     return struct.pack("<I", len(b)) + b
 
 
-def configure(settings):
+def configure(settings, eog=()):
     p = struct.pack("<I", len(settings))
     for k, v in settings.items():
         p += string(k) + string(str(v))
+    p += struct.pack(f"<I{len(eog)}i", len(eog), *eog)
     return frame(CONFIGURE, p)
 
 
@@ -65,6 +66,7 @@ class Worker:
             if t == STATS:
                 continue
             seen.append((t, p))
+            assert want != HELLO or t != PROTOCOL_ERROR, f"protocol error: {p}"
             if t == want:
                 return seen
 
