@@ -94,7 +94,7 @@ def crc32_of(path):
             crc = zlib.crc32(b, crc)
 
 
-def run_reference(path, n_ctx, extra_prompts=()):
+def run_reference(path, n_ctx, extra_prompts=(), n_threads=None):
     from llama_cpp import Llama
 
     import numpy as np
@@ -103,7 +103,7 @@ def run_reference(path, n_ctx, extra_prompts=()):
     # time path rounds differently: on the default model its own first-step log-probabilities
     # move by up to 0.41 between n_batch 512 and 1, which bounds how closely any other
     # implementation can be asked to agree; see tests/golden/parity_test.cc.)
-    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=os.cpu_count() or 2,
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=n_threads or os.cpu_count() or 2,
                 logits_all=True, type_k=0, type_v=0, verbose=False)
     out = {"tokenize": [], "greedy": []}
     for text in CORPUS:
@@ -149,6 +149,9 @@ def main():
     ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "..", "tests",
                                                        "golden"))
     ap.add_argument("--only", default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama.cpp threads (default: all cores; 1 on a busy machine, where "
+                         "its spinning threads crawl)")
     ap.add_argument("--real-models", action="store_true",
                     help="also write goldens for the real named models (gemma3-270m, "
                          "smollm2-135m), which must be installed")
@@ -175,7 +178,7 @@ def main():
             n_ctx = 2048
             record = {"model": model_name, "model_bytes": os.path.getsize(path)}
         print(f"gen_goldens: {name}: running llama.cpp on {path}", file=sys.stderr)
-        record.update(run_reference(path, n_ctx, extra))
+        record.update(run_reference(path, n_ctx, extra, args.threads))
         record["reference"] = "llama-cpp-python " + __import__("llama_cpp").__version__
         with open(os.path.join(args.out_dir, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(record, f, ensure_ascii=False, indent=1)

@@ -84,6 +84,7 @@ Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const Ru
   req.sampling.min_p = o.min_p;
   req.sampling.repeat_penalty = o.repeat_penalty;
   req.sampling.seed = seed;
+  req.sampling.logprobs = false;  // ember run prints text only
   req.cancel = engine::CancelToken::make();
   if (interrupts) interrupts->begin_generation(req.cancel);
   auto sub = m.engine->submit(std::move(req));

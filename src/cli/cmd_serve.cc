@@ -27,15 +27,12 @@
 #include "cli/serve_settings.h"
 #include "cli/settings_cli.h"
 #include "cli/stop_report.h"
-#include "gguf/reader.h"
-#include "model/backend.h"
 #include "process/child.h"
 #include "process/pid_file.h"
 #include "process/sd_notify.h"
 #include "process/signal_pipe.h"
 #include "server/server.h"
 #include "text/text_codec.h"
-#include "text/tokenizer.h"
 #include "worker/engine_settings.h"
 #include "worker/inprocess_client.h"
 #include "worker/subprocess_client.h"
@@ -62,19 +59,6 @@ struct EngineHolder {
     return client;
   }
 };
-
-// The text side, in the front: tokenizer and chat template from the GGUF's metadata (the
-// weights stay unread here; the engine maps them wherever it runs).
-Result<std::shared_ptr<const text::TextCodec>> load_text(const std::string& path,
-                                                         const ServeSettings& o) {
-  EMBER_TRY(gguf::File file, gguf::File::open(path));
-  EMBER_TRY(model::ModelConfig cfg, model::read_config(file));
-  EMBER_TRY(text::Vocab vocab, text::load_vocab(file));
-  EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
-  std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
-  EMBER_TRY(auto codec, text::TextCodec::create(tokenizer, {cfg.arch_name, o.system_prompt}));
-  return std::shared_ptr<const text::TextCodec>(std::move(codec));
-}
 
 Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& o,
                                                            const worker::EngineSettings& es,
@@ -107,8 +91,9 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
 
 Result<std::shared_ptr<server::ServedModel>> load(const ServeSettings& o, worker::EngineSettings es,
                                                   EngineHolder& holder) {
+  const std::string asked = es.model;  // a path, or a named model (cli/model_path.h)
   EMBER_TRY(es.model, resolve_model_path(es.model));
-  EMBER_TRY(auto codec, load_text(es.model, o));
+  EMBER_TRY(auto codec, worker::load_text_codec(es.model, o.system_prompt));
   EMBER_TRY(auto engine, start_engine(o, es, codec->eog_tokens(), holder));
   const worker::ModelInfo& info = engine->model_info();
   auto served = std::make_shared<server::ServedModel>();
@@ -119,6 +104,11 @@ Result<std::shared_ptr<server::ServedModel>> load(const ServeSettings& o, worker
   } else {
     served->names.push_back(!info.name.empty() ? info.name
                                                : std::filesystem::path(es.model).stem().string());
+  }
+  // A model given by name (or the default) also answers to its name, e.g. smollm2-135m.
+  if (const NamedModel* nm = find_named_model(asked);
+      nm && es.model != asked && o.served_model_names.empty()) {
+    served->names.insert(served->names.begin(), nm->name);
   }
   if (std::find(served->names.begin(), served->names.end(), "default") == served->names.end()) {
     served->names.push_back("default");
@@ -188,6 +178,7 @@ int cmd_serve(int argc, char** argv) {
   so.header_timeout = ms(o.header_timeout_s);
   so.body_timeout = ms(o.body_timeout_s);
   so.write_timeout = ms(o.write_timeout_s);
+  so.cors_origins = o.cors_origins;
   so.default_max_tokens = o.max_tokens;
   so.web_ui = !o.no_web_ui;
   so.drain_timeout = ms(o.drain_timeout_s);

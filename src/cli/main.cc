@@ -21,6 +21,7 @@ constexpr Subcommand kCommands[] = {
     {"inspect", ember::cli::cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"models", ember::cli::cmd_models, "list the named models --model accepts"},
     {"fixture", ember::cli::cmd_fixture, "write a small random-weight model for tests"},
+    {"bench", ember::cli::cmd_bench, "measure prefill, decode and batched decode on this host"},
 };
 
 void usage(FILE* out) {

@@ -34,6 +34,9 @@ const settings::Table<ServeSettings>& serve_settings_table() {
     t.add("--served-model-name", &S::served_model_names, "EMBER_SERVED_MODEL_NAME",
           "model names clients may ask for (default: the GGUF's general.name); 'default' is "
           "always accepted");
+    t.add("--cors-origins", &S::cors_origins, "EMBER_CORS_ORIGINS",
+          "origins browsers may call from (CORS), e.g. https://app.example; '*': any; default: "
+          "none");
     t.add("--max-body-bytes", &S::max_body_bytes, "EMBER_MAX_BODY_BYTES",
           "largest request body; beyond: 413")
         .range(1024, double(int64_t{1} << 32));

@@ -23,6 +23,7 @@ struct ServeSettings {
   std::string api_key;
   std::string admin_key;
   std::vector<std::string> served_model_names;
+  std::vector<std::string> cors_origins;
   int64_t max_body_bytes = 4 << 20;
   double header_timeout_s = 10;
   double body_timeout_s = 30;

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +29,33 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0xE3BE5EEDull;  // same seed + same params + same prompt = same tokens
   int32_t top_logprobs = 0;       // 0..20 alternatives reported per token
+  // Report the chosen token's log-probability (a softmax over the vocabulary per token).
+  // Callers that never read TokenEvent::logprob turn it off: greedy decode then costs one
+  // argmax over the logits. top_logprobs > 0 implies it.
+  bool logprobs = true;
+  // Added to the raw logits before penalties and sampling (OpenAI logit_bias: -100..100).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
+
+// Which tokens may come next, for grammar-constrained decoding (structured output, forced tool
+// calls). Built outside the engine (text/ compiles a grammar against the vocabulary); the engine
+// only asks it to mask a row of logits before sampling and tells it which token was kept. One
+// instance belongs to one sequence and is used by the engine thread only.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logit of every token that may not come next to -infinity. Returns false when no
+  // token at all may come next (the engine then ends the request with an error).
+  virtual bool mask(std::span<float> logits) = 0;
+  // Advances past `token`, which mask() allowed.
+  virtual void accept(int32_t token) = 0;
+  // Nothing more may follow: the engine ends the request with `stop` after this token.
+  virtual bool complete() const = 0;
+  // An independent copy in the same state, for a choice forked from this one (n > 1).
+  virtual std::unique_ptr<TokenConstraint> clone() const = 0;
+  // The source it was built from, for rebuilding it in another process (the worker protocol
+  // carries this; worker/constraint.h builds both). Empty: it cannot cross a process boundary.
+  virtual std::string spec() const { return {}; }
 };
 
 struct GenerateRequest {
@@ -38,6 +67,10 @@ struct GenerateRequest {
   CancelToken cancel;  // CancelToken::never() by default
   // Cancelled with cause `deadline` at the first poll site past this instant.
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Choices generated from this prompt (OpenAI `n`): the prompt is prefilled once and the
+  // sequence forked after the prefill; choice i samples with seed sampling.seed + i.
+  int32_t n = 1;
+  std::shared_ptr<TokenConstraint> constraint;  // null: any token
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -54,6 +87,7 @@ struct TokenEvent {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
 };
 
 // Where a cancelled request was when the engine released it: waiting for a slot, before a

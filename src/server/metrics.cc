@@ -174,6 +174,29 @@ std::string Metrics::render(const MetricsSnapshot& snap) const {
   fmt::format_to(it, "ember_engine_up {}\n", snap.engine_up ? 1 : 0);
   header(out, "ember_ready", "gauge", "1 when the server accepts completions.");
   fmt::format_to(it, "ember_ready {}\n", snap.ready ? 1 : 0);
+  auto one = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+    header(out, name, type, help);
+    fmt::format_to(it, "{} {}\n", name, value);
+  };
+  one("ember_prefix_cache_hits_total", "counter",
+      "Requests that reused at least one cached KV block.", snap.cache_hits);
+  one("ember_prefix_cache_misses_total", "counter",
+      "Requests that could have reused KV blocks and found none.", snap.cache_misses);
+  one("ember_prefix_cache_evictions_total", "counter",
+      "KV blocks dropped from the prefix cache for its byte budget.", snap.cache_evictions);
+  one("ember_prefix_cache_cached_tokens_total", "counter",
+      "Prompt tokens served from the prefix cache instead of prefilled.", snap.cached_tokens);
+  one("ember_prefix_cache_blocks", "gauge", "KV blocks held by the prefix cache.",
+      snap.cache_blocks);
+  one("ember_prefix_cache_bytes", "gauge", "KV bytes held by the prefix cache.", snap.cache_bytes);
+  one("ember_warm_cache_blocks_loaded", "gauge",
+      "KV blocks loaded from the warm-state file at start.", snap.warm_blocks_loaded);
+  one("ember_warm_cache_load_seconds", "gauge", "Time spent loading the warm-state file at start.",
+      fmt_double(snap.warm_load_seconds));
+  one("ember_warm_cache_bytes_written_total", "counter",
+      "Bytes of warm-state files written by this process.", snap.warm_bytes_written);
+  one("ember_warm_cache_save_seconds", "gauge", "Time the last warm-state save took.",
+      fmt_double(snap.warm_save_seconds));
   return out;
 }
 

@@ -12,6 +12,11 @@
 //   ember_engine_steps_total                     counter
 //   ember_draining, ember_ready, ember_engine_up gauges (0/1)
 //   ember_worker_restarts_total                  counter (subprocess engine)
+//   ember_prefix_cache_{hits,misses,evictions}_total, ember_prefix_cache_cached_tokens_total
+//                                                counters; ember_prefix_cache_{blocks,bytes} gauges
+//   ember_warm_cache_blocks_loaded, ember_warm_cache_load_seconds, ember_warm_cache_save_seconds
+//                                                gauges; ember_warm_cache_bytes_written_total
+//                                                counter
 #pragma once
 
 #include <cstdint>
@@ -50,6 +55,12 @@ struct MetricsSnapshot {
   bool ready = false;
   bool engine_up = false;
   uint64_t worker_restarts = 0;
+  // Prefix cache and warm state (worker::EngineStats).
+  uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0, cached_tokens = 0;
+  int64_t cache_blocks = 0, cache_bytes = 0;
+  int64_t warm_blocks_loaded = 0;
+  uint64_t warm_bytes_written = 0;
+  double warm_load_seconds = 0, warm_save_seconds = 0;
 };
 
 class Metrics {

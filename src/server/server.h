@@ -1,6 +1,7 @@
 // The HTTP server of `ember serve`: Boost.Beast + Asio with C++20 coroutines on a few IO
 // threads, one strand per connection. Routes: POST /v1/chat/completions, POST /v1/completions,
-// GET /v1/models, /health, /ready, /metrics.
+// GET /v1/models, GET /v1/models/{id}, /health, /ready, /metrics; OPTIONS (CORS preflight) on
+// every route, answered before authentication.
 //
 // Lifecycle: listen() binds (port 0: ephemeral) and start() serves at once — before the model
 // is loaded (/health says "loading", completions answer 503) — then set_model() makes it ready.
@@ -44,6 +45,8 @@ struct ServerOptions {
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
   bool handle_signals = true;                     // false in tests: call begin_drain()
+  // Origins browsers may call from (CORS); empty: none; "*": any.
+  std::vector<std::string> cors_origins;
   int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
   bool web_ui = true;                 // the chat page at / (--no-web-ui: off)
 };

@@ -106,12 +106,16 @@ struct Reply {
   std::string content_type;
   std::string body;
   int retry_after_s = 0;  // 0: no Retry-After header
+  std::string allow;      // the Allow header (405 answers and preflights); empty: none
 };
 Reply error_reply(const ApiError& e);
 // Writes a whole response and counts it in the metrics; returns whether to keep the connection.
 // Pass named values only: no temporaries inside a co_await expression (GCC 12 coroutine bug).
 asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
                                  std::string_view route, const Reply& reply);
+
+// CORS: adds Access-Control-Allow-Origin (and Vary) when the request's Origin is allowed.
+void add_cors_headers(const Server::Impl& s, const Request& req, http::fields& out);
 
 // completion.cc
 asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,

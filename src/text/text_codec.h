@@ -12,18 +12,30 @@
 //    the marker, not its letters);
 //  - end of generation: the vocabulary's EOG set plus the end-of-turn token the template writes
 //    after an assistant message (found by rendering one).
-// Invariant: a TextCodec is immutable after create() and safe to use from several threads.
+//  - tools: requests with tools, or with a tool history, render with a template that knows
+//    tools: the model's own, or, for a ChatML template without tool support (SmolLM2), ember's
+//    ChatML template with Hermes-style calls (text/tool_calls.h); tool_format() follows it;
+//  - grammars (structured output, forced tool calls) compile against this vocabulary's token
+//    bytes, cached by key so repeated schemas reuse their masks.
+// Invariant: a TextCodec is immutable after create() (apart from its internally locked grammar
+// cache) and safe to use from several threads.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/result.h"
 #include "text/chat_template.h"
+#include "text/grammar_mask.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace ember::text {
 
@@ -46,6 +58,18 @@ class TextCodec {
   Result<std::string> render_chat(const std::vector<ChatMessage>& messages) const;
   Result<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages) const;
   std::vector<int32_t> encode_prompt(std::string_view prompt) const;
+  // A conversation as chat templates see it (Hugging Face's message shape: tool_calls,
+  // tool_call_id, content null), with `tools` (the OpenAI array, or null), rendered with the
+  // tool-capable template (default system applied) and tokenized.
+  Result<std::vector<int32_t>> encode_chat_with_tools(const nlohmann::ordered_json& messages,
+                                                      const nlohmann::ordered_json& tools) const;
+  // The text of token ids (completions `echo` of a token-id prompt).
+  std::string decode(const std::vector<int32_t>& ids) const { return tok_->decode(ids, false); }
+  // How the model writes tool calls (from the template tools are rendered with).
+  ToolFormat tool_format() const { return tool_format_; }
+  // A grammar compiled against this vocabulary, cached by `key`; `build` runs on a miss.
+  Result<std::shared_ptr<const CompiledGrammar>> grammar(
+      const std::string& key, const std::function<Result<Grammar>()>& build) const;
 
   IncrementalDetokenizer detokenizer() const { return IncrementalDetokenizer(*tok_); }
   // The token's own text, for logprobs (may be a partial UTF-8 sequence).
@@ -56,10 +80,16 @@ class TextCodec {
   bool template_is_fallback() const { return fallback_; }
 
  private:
-  TextCodec(std::shared_ptr<const Tokenizer> tok, ChatTemplate tmpl, TextCodecOptions options,
-            bool fallback);
+  TextCodec(std::shared_ptr<const Tokenizer> tok, ChatTemplate tmpl, ChatTemplate tool_tmpl,
+            TextCodecOptions options, bool fallback);
+  std::shared_ptr<const TokenTable> token_table() const;
   std::shared_ptr<const Tokenizer> tok_;
-  ChatTemplate tmpl_;
+  ChatTemplate tmpl_, tool_tmpl_;
+  ToolFormat tool_format_ = ToolFormat::Hermes;
+  mutable std::once_flag table_once_;
+  mutable std::shared_ptr<const TokenTable> table_;
+  mutable std::mutex grammar_mu_;
+  mutable std::map<std::string, std::shared_ptr<const CompiledGrammar>> grammars_;
   TextCodecOptions options_;
   bool fallback_ = false;
   std::string bos_, eos_;

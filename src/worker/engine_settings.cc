@@ -1,6 +1,7 @@
 #include "worker/engine_settings.h"
 
 #include "gguf/reader.h"
+#include "text/tokenizer.h"
 
 namespace ember::worker {
 
@@ -25,6 +26,15 @@ const settings::Table<EngineSettings>& engine_settings_table() {
     t.add("--event-queue-capacity", &S::event_queue_capacity, "EMBER_EVENT_QUEUE_CAPACITY",
           "tokens a client may fall behind before it is cancelled as too slow")
         .range(1, 1 << 20);
+    t.add("--kv-cache-bytes", &S::kv_cache_bytes, "EMBER_KV_CACHE_BYTES",
+          "KV bytes the prefix cache keeps for reuse by later requests (0: no cache)")
+        .range(0, double(int64_t{1} << 40));
+    t.add("--warm-cache-dir", &S::warm_cache_dir, "EMBER_WARM_CACHE_DIR",
+          "directory for the warm-state file: the hottest cached KV is saved there on graceful "
+          "exit and loaded at start (empty: off)");
+    t.add("--warm-cache-bytes", &S::warm_cache_bytes, "EMBER_WARM_CACHE_BYTES",
+          "KV bytes written to the warm-state file at most")
+        .range(0, double(int64_t{1} << 40));
     return t;
   }();
   return table;
@@ -47,7 +57,21 @@ Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog
   m.options.prefill_chunk = s.prefill_chunk;
   m.options.event_queue_capacity = s.event_queue_capacity;
   m.options.eog_tokens = std::move(eog_tokens);
+  m.options.prefix_cache_bytes = s.kv_cache_bytes;
+  m.options.warm.dir = s.warm_cache_dir;
+  m.options.warm.max_bytes = s.warm_cache_bytes;
   return m;
+}
+
+Result<std::shared_ptr<const text::TextCodec>> load_text_codec(const std::string& model,
+                                                               const std::string& system_prompt) {
+  EMBER_TRY(gguf::File file, gguf::File::open(model));
+  EMBER_TRY(model::ModelConfig cfg, model::read_config(file));
+  EMBER_TRY(text::Vocab vocab, text::load_vocab(file));
+  EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
+  std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
+  EMBER_TRY(auto codec, text::TextCodec::create(tokenizer, {cfg.arch_name, system_prompt}));
+  return std::shared_ptr<const text::TextCodec>(std::move(codec));
 }
 
 }  // namespace ember::worker

@@ -12,6 +12,7 @@
 #include "base/settings.h"
 #include "engine/engine.h"
 #include "model/backend.h"
+#include "text/text_codec.h"
 #include "worker/types.h"
 
 namespace ember::worker {
@@ -24,6 +25,9 @@ struct EngineSettings {
   int32_t max_queued = 64;
   int32_t prefill_chunk = 512;
   int32_t event_queue_capacity = 1024;
+  int64_t kv_cache_bytes = int64_t{512} << 20;  // prefix cache; 0: none
+  std::string warm_cache_dir;                   // warm-state file's directory; empty: off
+  int64_t warm_cache_bytes = int64_t{256} << 20;
 };
 
 // The table; `ember serve` adds these flags to its own (cli/settings_cli.h).
@@ -38,5 +42,11 @@ struct LoadedModel {
 // `eog_tokens`: the end-of-generation ids, from the front's text codec (the vocabulary's and
 // the chat template's end of turn): the engine finishes with `stop` on them.
 Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog_tokens);
+
+// The model's text codec (tokenizer and chat template from the GGUF's metadata; the weights
+// stay unread). The front encodes and decodes with it; the worker needs it only to rebuild
+// output constraints from their specs (worker/constraint.h), so it passes no system prompt.
+Result<std::shared_ptr<const text::TextCodec>> load_text_codec(const std::string& model,
+                                                               const std::string& system_prompt);
 
 }  // namespace ember::worker

@@ -23,6 +23,7 @@ SubmitResult InProcessEngineClient::submit(GenerateRequest req) {
   }
   auto sub = engine_->submit(std::move(req));
   r.stream = std::move(sub.stream);
+  r.forks = std::move(sub.forks);
   if (sub.error) r.error = from_engine(*sub.error);
   return r;
 }

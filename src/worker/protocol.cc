@@ -115,6 +115,15 @@ template <typename V>
 void sampling_fields(V& v, SamplingParams& s) {
   v(s.temperature), v(s.top_k), v(s.top_p), v(s.min_p), v(s.repeat_penalty), v(s.repeat_last_n);
   v(s.presence_penalty), v(s.frequency_penalty), v(s.seed), v(s.top_logprobs);
+  v(s.logprobs), v(s.logit_bias);
+}
+
+template <typename V>
+void stats_fields(V& v, EngineStats& s) {
+  v(s.active), v(s.queued), v(s.steps), v(s.tokens_generated), v(s.prompt_tokens), v(s.kv_bytes);
+  v(s.cache_hits), v(s.cache_misses), v(s.cache_evictions), v(s.cached_tokens), v(s.cache_blocks);
+  v(s.cache_bytes), v(s.warm_blocks_loaded), v(s.warm_load_seconds), v(s.warm_bytes_written);
+  v(s.warm_save_seconds);
 }
 
 template <typename V>
@@ -125,7 +134,7 @@ template <typename V>
 void fields(V& v, Submit& m) {
   v(m.id), v(m.prompt);
   sampling_fields(v, m.sampling);
-  v(m.max_tokens), v(m.deadline_ms);
+  v(m.max_tokens), v(m.deadline_ms), v(m.n), v(m.constraint);
 }
 template <typename V>
 void fields(V& v, Cancel& m) {
@@ -136,6 +145,7 @@ void fields(V&, Stop&) {}
 template <typename V>
 void fields(V& v, Hello& m) {
   v(m.model.arch_name), v(m.model.name), v(m.model.n_ctx), v(m.pid);
+  stats_fields(v, m.stats);
 }
 template <typename V>
 void fields(V& v, LoadFailed& m) {
@@ -156,14 +166,14 @@ void fields(V& v, Token& m) {
 template <typename V>
 void fields(V& v, Done& m) {
   v(m.id), v(m.done.reason), v(m.done.cause), v(m.done.usage.prompt_tokens);
-  v(m.done.usage.completion_tokens), v(m.done.timings.queued_ms), v(m.done.timings.prefill_ms);
+  v(m.done.usage.completion_tokens), v(m.done.usage.cached_tokens), v(m.done.timings.queued_ms),
+      v(m.done.timings.prefill_ms);
   v(m.done.timings.decode_ms), v(m.done.timings.cancel_ms), v(m.done.timings.cancel_phase);
   v(m.done.message), v(m.done.retryable);
 }
 template <typename V>
 void fields(V& v, Stats& m) {
-  v(m.stats.active), v(m.stats.queued), v(m.stats.steps), v(m.stats.tokens_generated);
-  v(m.stats.prompt_tokens), v(m.stats.kv_bytes);
+  stats_fields(v, m.stats);
 }
 template <typename V>
 void fields(V& v, ProtocolError& m) {
@@ -180,6 +190,9 @@ bool check(const Rejected& m) {
 bool check(const Done& m) {
   return m.done.reason <= FinishReason::Error && m.done.cause <= CancelCause::SlowConsumer &&
          m.done.timings.cancel_phase <= engine::CancelPhase::Decode;
+}
+bool check(const Submit& m) {
+  return m.n >= 1;
 }
 template <typename M>
 bool check(const M&) {

@@ -26,7 +26,7 @@
 namespace ember::worker::proto {
 
 inline constexpr uint32_t kMagic = 0x57424D45;  // "EMBW" as little-endian bytes
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;         // 2: n, logit_bias, constraint spec, cache stats
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;  // a 16M-token prompt at most
 
@@ -55,11 +55,13 @@ struct Configure {  // the engine settings, as the settings table dumps them
 };
 struct Submit {
   static constexpr Type kType = Type::Submit;
-  uint64_t id = 0;  // assigned by the front
+  uint64_t id = 0;  // assigned by the front; choice i of n > 1 is id + i
   std::vector<int32_t> prompt;
-  SamplingParams sampling;
+  SamplingParams sampling;  // with logprobs and logit_bias
   int32_t max_tokens = 0;
   int64_t deadline_ms = -1;  // from receipt; -1: none
+  int32_t n = 1;             // choices (ids id .. id + n - 1, each its own events)
+  std::string constraint;    // TokenConstraint::spec() (worker/constraint.h); empty: none
 };
 struct Cancel {
   static constexpr Type kType = Type::Cancel;
@@ -73,6 +75,7 @@ struct Hello {
   static constexpr Type kType = Type::Hello;
   ModelInfo model;
   int64_t pid = 0;
+  EngineStats stats;  // at load (warm blocks loaded), so the front has them once it is ready
 };
 struct LoadFailed {
   static constexpr Type kType = Type::LoadFailed;

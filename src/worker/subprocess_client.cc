@@ -208,10 +208,12 @@ void SubprocessEngineClient::dispatch(const proto::Frame& f, process::Child& chi
         err = m->error;
       }
       std::lock_guard lock(mu_);
-      auto it = live_.find(id);
-      if (it == live_.end()) return;
-      it->second.admission = err ? Admission::Rejected : Admission::Accepted;
-      if (err) it->second.rejection = *err;
+      // Every choice of the request (consecutive ids from `id`) shares its admission.
+      for (auto it = live_.find(id); it != live_.end() && it->second.base == id; ++it) {
+        if (it->second.admission != Admission::Pending) continue;
+        it->second.admission = err ? Admission::Rejected : Admission::Accepted;
+        if (err) it->second.rejection = *err;
+      }
       cv_.notify_all();
       return;
     }
@@ -228,7 +230,7 @@ void SubprocessEngineClient::dispatch(const proto::Frame& f, process::Child& chi
       std::lock_guard lock(mu_);
       if (!ever_loaded_) info_ = m->model;
       ever_loaded_ = true;
-      last_stats_ = EngineStats{};
+      last_stats_ = m->stats;
       if (state_ == State::Starting) state_ = State::Up;
       log::info("engine worker: pid {} ready", child.pid());
       cv_.notify_all();
@@ -272,8 +274,18 @@ void SubprocessEngineClient::lose_all(const std::string& why) {
 
 SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
   SubmitResult r;
+  const int32_t n = std::max<int32_t>(1, req.n);
+  proto::Submit m;
+  if (req.constraint) {
+    m.constraint = req.constraint->spec();
+    if (m.constraint.empty()) {
+      r.error = SubmitError{SubmitError::Kind::InvalidRequest,
+                            "this output constraint cannot be sent to the engine worker"};
+      return r;
+    }
+  }
   uint64_t id;
-  std::shared_ptr<engine::EventChannel> ch;
+  std::vector<std::shared_ptr<engine::EventChannel>> chs;
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
@@ -285,15 +297,22 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
                             "the engine worker is restarting; retry shortly"};
       return r;
     }
-    id = next_id_++;
-    ch = std::make_shared<engine::EventChannel>(id, opts_.event_queue_capacity);
-    live_[id] = Live{ch};
+    id = next_id_;
+    next_id_ += static_cast<uint64_t>(n);
+    for (int32_t i = 0; i < n; ++i) {
+      auto ch = std::make_shared<engine::EventChannel>(id + i, opts_.event_queue_capacity);
+      Live l;
+      l.ch = ch;
+      l.base = id;
+      live_[id + i] = std::move(l);
+      chs.push_back(std::move(ch));
+    }
   }
-  proto::Submit m;
   m.id = id;
   m.prompt = std::move(req.prompt);
-  m.sampling = req.sampling;
+  m.sampling = std::move(req.sampling);
   m.max_tokens = req.max_tokens;
+  m.n = n;
   if (req.deadline) {
     m.deadline_ms =
         std::max<int64_t>(0, std::chrono::duration_cast<Ms>(*req.deadline - Clock::now()).count());
@@ -306,7 +325,10 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
                  [&] { return it->second.admission != Admission::Pending; });
   }
   if (it != live_.end() && it->second.admission == Admission::Accepted) {
-    r.stream = std::make_shared<SubprocessStream>(ch, weak_from_this());
+    r.stream = std::make_shared<SubprocessStream>(chs[0], weak_from_this());
+    for (size_t i = 1; i < chs.size(); ++i) {
+      r.forks.push_back(std::make_shared<SubprocessStream>(chs[i], weak_from_this()));
+    }
     return r;
   }
   if (it != live_.end() && it->second.admission == Admission::Rejected) {
@@ -317,12 +339,12 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
                                : "the engine worker is gone; retry shortly"};
     if (sent && it != live_.end()) {
       lock.unlock();
-      send(proto::encode(proto::Cancel{id, CancelCause::Client}));
+      for (int32_t i = 0; i < n; ++i)
+        send(proto::encode(proto::Cancel{id + i, CancelCause::Client}));
       lock.lock();
-      it = live_.find(id);
     }
   }
-  if (it != live_.end()) live_.erase(it);
+  for (int32_t i = 0; i < n; ++i) live_.erase(id + i);
   return r;
 }
 

@@ -6,7 +6,8 @@
 // restarts the worker with capped exponential backoff (counted in stats().worker_restarts).
 // shutdown() runs the stop ladder (close stdin → wait → SIGTERM → wait → SIGKILL).
 //
-// Invariants: request ids are assigned here (1, 2, ...), never reused across restarts; every
+// Invariants: request ids are assigned here (1, 2, ...; a request with n choices takes n
+// consecutive ids, one per choice stream), never reused across restarts; every
 // stream handed out gets exactly one DoneEvent — from the worker, or from this client when the
 // worker is lost or the client shuts down; the worker is spawned from the supervisor thread,
 // which lives as long as the worker (PR_SET_PDEATHSIG follows the spawning thread). A model
@@ -77,6 +78,7 @@ class SubprocessEngineClient final : public EngineClient,
     std::shared_ptr<engine::EventChannel> ch;
     Admission admission = Admission::Pending;
     SubmitError rejection;
+    uint64_t base = 0;  // the Submit's id: choices 1..n-1 of it are base + i
   };
 
   void supervise();

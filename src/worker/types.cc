@@ -31,6 +31,16 @@ EngineStats from_engine(const engine::EngineStats& s) {
   o.tokens_generated = s.tokens_generated;
   o.prompt_tokens = s.prompt_tokens;
   o.kv_bytes = s.kv_bytes;
+  o.cache_hits = s.cache_hits;
+  o.cache_misses = s.cache_misses;
+  o.cache_evictions = s.cache_evictions;
+  o.cached_tokens = s.cached_tokens;
+  o.cache_blocks = s.cache_blocks;
+  o.cache_bytes = s.cache_bytes;
+  o.warm_blocks_loaded = s.warm_blocks_loaded;
+  o.warm_load_seconds = s.warm_load_seconds;
+  o.warm_bytes_written = s.warm_bytes_written;
+  o.warm_save_seconds = s.warm_save_seconds;
   return o;
 }
 

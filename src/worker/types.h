@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/cancel.h"
 #include "engine/engine.h"
@@ -30,6 +31,7 @@ using engine::FinishReason;
 using engine::GenerateRequest;
 using engine::SamplingParams;
 using engine::Timings;
+using engine::TokenConstraint;
 using engine::TokenEvent;
 using engine::Usage;
 
@@ -46,8 +48,10 @@ struct SubmitError {
 };
 
 struct SubmitResult {
-  std::shared_ptr<EventStream> stream;  // set on success
-  std::optional<SubmitError> error;     // set on failure
+  std::shared_ptr<EventStream> stream;  // set on success (choice 0)
+  // Choices 1..n-1 of a request with n > 1 (engine.h): each its own id and stream.
+  std::vector<std::shared_ptr<EventStream>> forks;
+  std::optional<SubmitError> error;  // set on failure
   bool ok() const { return stream != nullptr; }
 };
 
@@ -60,6 +64,17 @@ struct EngineStats {
   uint64_t tokens_generated = 0;
   uint64_t prompt_tokens = 0;
   int64_t kv_bytes = 0;
+  // Prefix cache and warm state (engine::EngineStats; per worker lifetime).
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t cache_evictions = 0;
+  uint64_t cached_tokens = 0;
+  int64_t cache_blocks = 0;
+  int64_t cache_bytes = 0;
+  int64_t warm_blocks_loaded = 0;
+  double warm_load_seconds = 0;
+  uint64_t warm_bytes_written = 0;
+  double warm_save_seconds = 0;
   uint64_t worker_restarts = 0;  // subprocess client: workers started after the first
   bool available = true;         // false while the worker is down, restarting or loading
 };

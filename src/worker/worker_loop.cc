@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "process/signal_pipe.h"
+#include "worker/constraint.h"
 #include "worker/protocol.h"
 
 namespace ember::worker {
@@ -312,10 +313,20 @@ class Worker {
       exit_code_ = 1;
       return;
     }
+    if (o_.load_text) {
+      auto t = o_.load_text(s);
+      if (t) {
+        text_ = std::move(*t);
+      } else {
+        log::warn("engine worker: no text codec ({}): constrained requests will fail", t.message());
+      }
+    }
     engine_ = std::make_unique<engine::Engine>(loaded->backend, loaded->options);
     engine::Engine* e = engine_.get();
+    // Hello carries the stats at load (warm blocks loaded, before any step): the front takes
+    // them with the model, so they are there once it reports ready.
+    out_.send(proto::Hello{loaded->info, ::getpid(), from_engine(e->stats())});
     out_.set_stats([e] { return from_engine(e->stats()); });
-    out_.send(proto::Hello{loaded->info, ::getpid()});
     log::info("engine worker: model loaded (n_ctx {})", loaded->info.n_ctx);
   }
 
@@ -332,7 +343,18 @@ class Worker {
     g.prompt = std::move(m.prompt);
     g.sampling = m.sampling;
     g.max_tokens = m.max_tokens;
+    g.n = m.n;
     if (m.deadline_ms >= 0) g.deadline = Clock::now() + std::chrono::milliseconds(m.deadline_ms);
+    if (!m.constraint.empty()) {
+      auto c = text_ ? constraint_from_spec(m.constraint, *text_)
+                     : Result<std::shared_ptr<TokenConstraint>>(
+                           fail("the engine worker has no vocabulary to build a constraint"));
+      if (!c) {
+        out_.send(proto::Rejected{m.id, {SubmitError::Kind::InvalidRequest, c.message()}});
+        return;
+      }
+      g.constraint = std::move(*c);
+    }
     auto sub = engine_->submit(std::move(g));
     if (!sub.ok()) {
       out_.send(proto::Rejected{m.id, from_engine(*sub.error)});
@@ -340,6 +362,8 @@ class Worker {
     }
     out_.send(proto::Accepted{m.id});
     out_.add_stream(m.id, std::move(sub.stream));
+    // Choice i of n > 1 travels under the front's id + i.
+    for (size_t i = 0; i < sub.forks.size(); ++i) out_.add_stream(m.id + 1 + i, sub.forks[i]);
   }
 
   void cancel(const proto::Cancel& m) {
@@ -354,7 +378,8 @@ class Worker {
   const WorkerOptions& o_;
   process::SignalPipe* sig_;
   Outbox out_;
-  std::unique_ptr<engine::Engine> engine_;  // destroyed before out_ (its wakers point there)
+  std::shared_ptr<const text::TextCodec> text_;  // rebuilds constraints from their specs
+  std::unique_ptr<engine::Engine> engine_;       // destroyed before out_ (its wakers point there)
   proto::FrameDecoder decoder_;
   bool draining_ = false;
   bool protocol_failed_ = false;

@@ -34,6 +34,10 @@ struct WorkerOptions {
   bool ignore_eof = false;  // test only: EOF on stdin does not start the drain
   // Loads the model for a Configure frame (tests inject a fake engine's backend).
   std::function<Result<LoadedModel>(const EngineSettings&, std::vector<int32_t>)> load = load_model;
+  // Loads the text codec that rebuilds output constraints from Submit specs; a failure only
+  // makes constrained requests fail (InvalidRequest).
+  std::function<Result<std::shared_ptr<const text::TextCodec>>(const EngineSettings&)> load_text =
+      [](const EngineSettings& s) { return load_text_codec(s.model, ""); };
   // The warm-state seam (DESIGN.md §5): called once after the drain, before exit 0, with the
   // engine still alive. Issue 9's prefix cache saves its file here. Empty: nothing to save.
   std::function<Status(engine::Engine&)> save_warm_state;

@@ -3,7 +3,6 @@
 // queued requests, and the cancel latency the engine reports per phase.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <thread>
 
 #include "engine/engine.h"
@@ -29,31 +28,41 @@ std::optional<DoneEvent> done_within(EventStream& s, std::chrono::milliseconds l
 
 // A request accepted just before signal_shutdown() must still get its DoneEvent: the engine
 // may only leave its loop once it has seen, under the mailbox lock, that nothing is waiting.
+// Made deterministic by holding the engine thread inside a DoneEvent waker (request 2 ends
+// in the queue sweep, with nothing else active) while request 3 is submitted and the engine
+// is told to shut down: the engine's next look at its loop condition must find request 3.
 TEST(EngineShutdown, a_request_submitted_as_shutdown_begins_always_gets_its_done_event) {
   auto fake = std::make_shared<FakeBackend>();
-  for (int round = 0; round < 400; ++round) {
-    Engine e(fake, {});
-    std::promise<void> go;
-    std::shared_future<void> start = go.get_future().share();
-    SubmitResult res;
-    std::thread submitter([&] {
-      start.wait();
-      res = e.submit(greedy_request(make_prompt(3, 64, uint32_t(round)), 4));
-    });
-    go.set_value();
-    if (round % 2) std::this_thread::yield();
-    e.signal_shutdown();
-    submitter.join();
-    if (!res.ok()) {
-      EXPECT_EQ(res.error->kind, SubmitError::Kind::ShuttingDown);
-      continue;
+  Engine e(fake, {});
+  Gate hook, waker;
+  GenHooks h;
+  h.on_before_decode_step = [&](uint64_t id, int32_t) {
+    if (id == 1) hook.arrive_and_wait();
+  };
+  e.set_hooks(h);
+  auto s1 = submit_ok(e, greedy_request(make_prompt(3, 64), 50));
+  hook.wait_arrived();  // the engine thread is busy: request 2's waker is set in time
+  GenerateRequest g2 = greedy_request(make_prompt(3, 64, 2), 4);
+  g2.deadline = SteadyClock::now();  // ends in the sweep of the queue, before admission
+  auto s2 = submit_ok(e, std::move(g2));
+  s2->set_waker([&] {
+    static bool once = false;
+    if (!once) {
+      once = true;
+      waker.arrive_and_wait();
     }
-    auto d = done_within(*res.stream, std::chrono::seconds(5));
-    ASSERT_TRUE(d.has_value()) << "round " << round << ": an accepted request got no DoneEvent";
-    if (d->reason == FinishReason::Cancelled) {
-      EXPECT_EQ(d->cause, CancelCause::Shutdown);
-    }
-  }
+  });
+  e.cancel(s1->id(), CancelCause::Client);
+  hook.release();
+  waker.wait_arrived();  // inside finish(request 2); nothing is active or queued
+  auto s3 = submit_ok(e, greedy_request(make_prompt(3, 64, 3), 4));
+  e.signal_shutdown();
+  waker.release();
+  auto d = done_within(*s3, std::chrono::seconds(5));
+  ASSERT_TRUE(d.has_value()) << "a request accepted before the shutdown got no DoneEvent";
+  EXPECT_EQ(d->reason, FinishReason::Cancelled);
+  EXPECT_EQ(d->cause, CancelCause::Shutdown);
+  EXPECT_EQ(drain(*s1).done.cause, CancelCause::Client);
 }
 
 // Requests 1 and 2 decode in the same batch. Request 2's hook blocks after request 1 passed its

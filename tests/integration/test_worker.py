@@ -281,3 +281,53 @@ def test_admin_shutdown_needs_the_admin_key(start_server, models):
     assert status == 202 and json.loads(body)["status"] == "draining"
     assert s2.wait_exit(30) == 0
     assert "stopped at rung eof (exit 0)" in log(s2)
+
+
+PERSON = {"type": "object", "required": ["name", "age"],
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+
+
+def openai_features(port):
+    """n > 1, logit_bias with logprobs, and a json_schema response_format, from one server;
+    returns what it answered, so two engines can be compared."""
+    def post(path, body):
+        status, _, raw = request(port, "POST", path, body, timeout=300)
+        assert status == 200, raw
+        return json.loads(raw)
+
+    out = {}
+    j = post("/v1/chat/completions", {
+        "model": "default", "messages": [{"role": "user", "content": "Name a colour."}],
+        "n": 3, "max_tokens": 6, "temperature": 1.0, "seed": 5})
+    assert [c["index"] for c in j["choices"]] == [0, 1, 2]
+    out["n"] = [c["message"]["content"] for c in j["choices"]]
+    assert len(set(out["n"])) > 1, "each choice samples with its own seed"
+    assert j["usage"]["completion_tokens"] >= 3, j["usage"]  # summed over the choices
+
+    j = post("/v1/completions", {"model": "default", "prompt": "Once upon a time", "max_tokens": 3,
+                                 "temperature": 0, "logit_bias": {"33": 100}, "logprobs": 1})
+    toks = j["choices"][0]["logprobs"]["tokens"]
+    assert len(toks) == 3 and len(set(toks)) == 1, toks  # token 33, forced at every step
+    out["bias"] = j["choices"][0]["text"]
+
+    j = post("/v1/chat/completions", {
+        "model": "default", "max_tokens": 120, "temperature": 0,
+        "messages": [{"role": "user", "content": "Describe a person as JSON."}],
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "person", "schema": PERSON}}})
+    assert j["choices"][0]["finish_reason"] == "stop", j
+    out["schema"] = j["choices"][0]["message"]["content"]
+    person = json.loads(out["schema"])
+    assert list(person) == ["name", "age"] and isinstance(person["age"], int), person
+    return out
+
+
+def test_n_choices_logit_bias_and_json_schema_work_through_the_worker(start_server):
+    """The worker protocol carries n, logit_bias, logprobs and the output constraint (as its
+    spec): the two-process server answers exactly what the in-process engine answers."""
+    sub = start_server("smollm2-135m", "--ctx-size", "2048")
+    assert worker_pid(sub), "the default engine runs in a worker"
+    got = openai_features(sub.port)
+    inproc = start_server("smollm2-135m", "--ctx-size", "2048", "--engine", "in-process")
+    assert not children(inproc.pid)
+    assert got == openai_features(inproc.port)

@@ -11,11 +11,12 @@ import pytest
 from conftest import wait_for
 
 MAGIC = 0x57424D45
+VERSION = 2  # worker/protocol.h kVersion
 CONFIGURE, SUBMIT, CANCEL, STOP = 1, 2, 3, 4
 HELLO, LOAD_FAILED, ACCEPTED, REJECTED, TOKEN, DONE, STATS, PROTOCOL_ERROR = range(16, 24)
 
 
-def frame(t, payload=b"", version=1, length=None):
+def frame(t, payload=b"", version=VERSION, length=None):
     n = len(payload) if length is None else length
     return struct.pack("<IHHI", MAGIC, version, t, n) + payload
 
@@ -36,7 +37,9 @@ def configure(settings, eog=()):
 def submit(rid, prompt, max_tokens):
     p = struct.pack("<QI", rid, len(prompt)) + struct.pack(f"<{len(prompt)}i", *prompt)
     p += struct.pack("<fifffiffQi", 0.0, 40, 0.95, 0.05, 1.0, 64, 0, 0, 7, 0)
-    p += struct.pack("<iq", max_tokens, -1)
+    p += struct.pack("<BI", 1, 0)  # logprobs on, no logit_bias
+    p += struct.pack("<iqi", max_tokens, -1, 1)  # max_tokens, no deadline, n = 1
+    p += string("")  # no constraint
     return frame(SUBMIT, p)
 
 
@@ -54,7 +57,7 @@ class Worker:
         if len(head) < 12:
             return None, None
         magic, version, t, n = struct.unpack("<IHHI", head)
-        assert magic == MAGIC and version == 1
+        assert magic == MAGIC and version == VERSION
         return t, self.p.stdout.read(n)
 
     def until(self, want):

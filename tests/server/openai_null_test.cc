@@ -21,10 +21,16 @@ std::string outcome(const json& body, Endpoint e) {
   const CompletionRequest& c = std::get<CompletionRequest>(r);
   const auto& s = c.sampling;
   json msgs = json::array();
-  for (const auto& m : c.messages) msgs.push_back({m.role, m.content});
+  for (const auto& m : c.messages) msgs.push_back(json::array({m.role, m.content}));
+  json prompts = json::array();
+  for (const auto& p : c.prompts) prompts.push_back(p.is_tokens ? json(p.tokens) : json(p.text));
   return json{{"model", c.model},
               {"messages", msgs},
-              {"prompt", c.prompt},
+              {"prompt", prompts},
+              {"n", c.n},
+              {"tools", c.tools.dump()},
+              {"response_format", int(c.response_format)},
+              {"logit_bias", c.sampling.logit_bias.size()},
               {"stream", c.stream},
               {"include_usage", c.include_usage},
               {"max_tokens", c.max_tokens ? json(*c.max_tokens) : json()},

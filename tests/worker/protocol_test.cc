@@ -28,9 +28,17 @@ TEST(Protocol, every_field_of_a_submit_survives_the_trip) {
   s.sampling.top_k = 7;
   s.sampling.seed = 0x1234567890ull;
   s.sampling.top_logprobs = 3;
+  s.sampling.logprobs = false;
+  s.sampling.logit_bias = {{5, -100.f}, {70000, 2.5f}};
   s.max_tokens = 99;
   s.deadline_ms = 1500;
+  s.n = 3;
+  s.constraint = "schema/{\"type\":\"object\"}";
   Submit b = round_trip(s);
+  EXPECT_FALSE(b.sampling.logprobs);
+  EXPECT_EQ(b.sampling.logit_bias, s.sampling.logit_bias);
+  EXPECT_EQ(b.n, 3);
+  EXPECT_EQ(b.constraint, s.constraint);
   EXPECT_EQ(b.id, 42u);
   EXPECT_EQ(b.prompt, s.prompt);
   EXPECT_EQ(b.sampling.temperature, 0.25f);
@@ -55,7 +63,9 @@ TEST(Protocol, events_and_control_frames_survive_the_trip) {
   d.done.message = "worker lost";
   d.done.retryable = true;
   d.done.usage.completion_tokens = 12;
+  d.done.usage.cached_tokens = 32;
   Done db = round_trip(d);
+  EXPECT_EQ(db.done.usage.cached_tokens, 32);
   EXPECT_EQ(db.done.reason, FinishReason::Error);
   EXPECT_EQ(db.done.message, "worker lost");
   EXPECT_TRUE(db.done.retryable);
@@ -65,8 +75,23 @@ TEST(Protocol, events_and_control_frames_survive_the_trip) {
   EXPECT_EQ(round_trip(c).settings, c.settings);
   Rejected r{3, {SubmitError::Kind::Overloaded, "full"}};
   EXPECT_EQ(round_trip(r).error.kind, SubmitError::Kind::Overloaded);
-  Hello h{{"llama", "tiny", 2048}, 1234};
-  EXPECT_EQ(round_trip(h).model.n_ctx, 2048);
+  Stats st;
+  st.stats.cache_hits = 4;
+  st.stats.cached_tokens = 640;
+  st.stats.cache_bytes = 1 << 20;
+  st.stats.warm_blocks_loaded = 17;
+  st.stats.warm_save_seconds = 0.25;
+  Stats sb = round_trip(st);
+  EXPECT_EQ(sb.stats.cache_hits, 4u);
+  EXPECT_EQ(sb.stats.cached_tokens, 640u);
+  EXPECT_EQ(sb.stats.cache_bytes, 1 << 20);
+  EXPECT_EQ(sb.stats.warm_blocks_loaded, 17);
+  EXPECT_EQ(sb.stats.warm_save_seconds, 0.25);
+  Hello h{{"llama", "tiny", 2048}, 1234, {}};
+  h.stats.warm_blocks_loaded = 9;
+  Hello hb = round_trip(h);
+  EXPECT_EQ(hb.model.n_ctx, 2048);
+  EXPECT_EQ(hb.stats.warm_blocks_loaded, 9);
 }
 
 TEST(Protocol, frames_split_anywhere_are_reassembled) {
@@ -169,6 +194,58 @@ TEST(Protocol, malformed_payloads_are_errors_naming_the_frame) {
   cancel.back() = 99;  // no such cause
   std::vector<uint8_t> cp(cancel.begin() + kHeaderSize, cancel.end());
   EXPECT_NE(decode<Cancel>(cp).message().find("out of range"), std::string::npos);
+}
+
+// Version 2's Submit fields (n, logit_bias, the constraint spec) and Hello's stats: each bad in
+// its own way is an error naming the frame, never a partial message.
+TEST(Protocol, malformed_version_2_fields_are_errors_naming_the_frame) {
+  auto payload_of = [](const auto& m) {
+    auto f = encode(m);
+    return std::vector<uint8_t>(f.begin() + kHeaderSize, f.end());
+  };
+  Submit s{7, {1, 2}};
+  s.n = 0;  // no choices
+  auto r = decode<Submit>(payload_of(s));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("malformed submit frame: a value out of range"), std::string::npos)
+      << r.message();
+
+  // The constraint spec is the last field: a length beyond the payload must not allocate it.
+  s.n = 2;
+  s.constraint = "json_object";
+  auto p = payload_of(s);
+  const size_t len_at = p.size() - s.constraint.size() - 4;
+  uint32_t huge = 0x7fffffff;
+  std::memcpy(p.data() + len_at, &huge, 4);
+  r = decode<Submit>(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("exceeds the payload"), std::string::npos) << r.message();
+
+  // A logit_bias count beyond the payload, likewise.
+  s.constraint.clear();
+  s.sampling.logit_bias = {{3, 1.f}};
+  p = payload_of(s);
+  // logit_bias is [count][id, bias]...; after it come max_tokens, deadline_ms, n, constraint.
+  const size_t tail = 4 + 8 + 4 + 4;
+  const size_t count_at = p.size() - tail - 8 - 4;
+  uint32_t one = 0;
+  std::memcpy(&one, p.data() + count_at, 4);
+  ASSERT_EQ(one, 1u);  // found the count
+  uint32_t many = 1u << 28;
+  std::memcpy(p.data() + count_at, &many, 4);
+  r = decode<Submit>(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("exceeds the payload"), std::string::npos) << r.message();
+
+  // A version 1 Hello (no stats) is truncated for version 2.
+  Hello h{{"llama", "tiny", 2048}, 1234, {}};
+  auto hp = payload_of(h);
+  auto stats_size = payload_of(Stats{}).size();
+  hp.resize(hp.size() - stats_size);
+  auto hr = decode<Hello>(hp);
+  ASSERT_FALSE(hr.ok());
+  EXPECT_NE(hr.message().find("malformed hello frame: truncated"), std::string::npos)
+      << hr.message();
 }
 
 }  // namespace
