@@ -234,11 +234,9 @@ class Worker {
   }
 
   int finish() {
-    if (engine_ && o_.save_warm_state) {
-      auto st = o_.save_warm_state(*engine_);
-      if (!st) log::warn("engine worker: warm state not saved: {}", st.message());
-    }
-    engine_.reset();  // joins the engine thread; every stream has ended
+    // Joins the engine thread once every stream has ended; the engine then saves its warm state
+    // (EngineOptions::warm, from --warm-cache-dir): the point of draining on EOF.
+    engine_.reset();
     out_.close();
     log::info("engine worker: drained; exiting {}", protocol_failed_ ? 2 : 0);
     return protocol_failed_ ? 2 : 0;

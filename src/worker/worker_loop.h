@@ -4,9 +4,10 @@
 // Lifecycle: the first frame must be Configure (engine settings); the worker loads the model
 // and answers Hello (or LoadFailed, then exits 1). It then accepts Submit/Cancel until it
 // drains: EOF on stdin, a Stop frame or the first SIGTERM. Draining accepts nothing new
-// (Submit → Rejected shutting_down), lets in-flight requests finish, calls the warm-state save
-// hook, flushes and exits 0. A second SIGTERM exits at once (143). When the parent that started
-// it is gone the worker exits at once (1): nobody is left to read its answers.
+// (Submit → Rejected shutting_down), lets in-flight requests finish, destroys the engine (which
+// saves the warm state when --warm-cache-dir is set), flushes and exits 0. A second SIGTERM exits
+// at once (143). When the parent that started it is gone the worker exits at once (1): nobody is
+// left to read its answers.
 //
 // Threads: the loop thread reads stdin and signals (poll on both: a signal is never lost in a
 // restarted read); the engine thread computes; one writer thread owns stdout, so frames never
@@ -38,9 +39,6 @@ struct WorkerOptions {
   // makes constrained requests fail (InvalidRequest).
   std::function<Result<std::shared_ptr<const text::TextCodec>>(const EngineSettings&)> load_text =
       [](const EngineSettings& s) { return load_text_codec(s.model, ""); };
-  // The warm-state seam (DESIGN.md §5): called once after the drain, before exit 0, with the
-  // engine still alive. Issue 9's prefix cache saves its file here. Empty: nothing to save.
-  std::function<Status(engine::Engine&)> save_warm_state;
 };
 
 // Returns the process exit code. `signals` delivers SIGTERM (and SIGINT); may be null.
