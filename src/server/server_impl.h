@@ -68,12 +68,13 @@ struct Server::Impl {
   std::atomic<bool> is_draining{false};
   std::atomic<bool> cut_off{false};
   std::atomic<int> in_flight{0};
-  DrainController drain;  // control strand only
+  std::atomic<int> drain_in_flight{0};  // requests in flight when the drain began
+  std::atomic<int> drain_cancelled{0};  // requests the drain deadline cancelled
+  DrainController drain;                // control strand only
 
-  std::mutex reg_mu;  // guards conns, requests
+  std::mutex reg_mu;  // guards conns
   uint64_t next_conn = 0;
   std::map<uint64_t, std::weak_ptr<Conn>> conns;
-  std::set<uint64_t> requests;  // engine request ids in flight
 
   std::mutex done_mu;
   std::condition_variable done_cv;
@@ -86,9 +87,16 @@ struct Server::Impl {
   void finish(int code);
   void on_signal(int signo);  // control strand
   void start_drain();         // control strand
+  void request_drain();       // any thread: begin the drain unless it has begun (idempotent)
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> drain_loop();
   bool engine_healthy();  // liveness by progress
+  // Accepting completions: loaded, not draining, and the engine (worker) is up.
+  bool serving_ready() {
+    if (!is_ready || is_draining) return false;
+    auto m = current_model();
+    return m && m->engine->stats().available;
+  }
 };
 
 // session.cc
