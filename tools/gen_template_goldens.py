@@ -28,6 +28,7 @@ TOKENS = {
     "qwen3": ("", "<|im_end|>"),
     "llama3.1": ("<|begin_of_text|>", "<|eot_id|>"),
     "llama3.2": ("<|begin_of_text|>", "<|eot_id|>"),
+    "chatml-tools": ("", "<|im_end|>"),  # ember's own ChatML tool template (text/tool_calls.cc)
 }
 
 
@@ -84,6 +85,25 @@ CONVERSATIONS = {
     "empty_content": [msg("system", ""), msg("user", "")],
 }
 
+# Tool requests and replayed tool histories, rendered with `tools`, for the templates that
+# render tools. Arguments are objects, as ember passes them (it parses the client's JSON string).
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+TOOL_CONVERSATIONS = {
+    "tool_request": [msg("user", "What is the weather in Paris?")],
+    "tool_round_trip": [
+        msg("system", "Be brief."),
+        msg("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"},
+    ],
+}
+TOOL_TEMPLATES = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "chatml-tools"}
+
 # Per-template extra context variables (kwargs to apply_chat_template).
 EXTRA = {
     "qwen3": [{}, {"enable_thinking": False}],
@@ -98,7 +118,10 @@ def main():
         with open(os.path.join(TEMPLATE_DIR, name + ".jinja"), encoding="utf-8") as f:
             template = env.from_string(f.read())
         bos, eos = TOKENS[name]
-        for conv_name, messages in CONVERSATIONS.items():
+        convs = [(c, m, None) for c, m in CONVERSATIONS.items()]
+        if name in TOOL_TEMPLATES:
+            convs += [(c, m, TOOLS) for c, m in TOOL_CONVERSATIONS.items()]
+        for conv_name, messages, tools in convs:
             for extra in EXTRA.get(name, [{}]):
                 for agp in (False, True):
                     case = {
@@ -110,9 +133,11 @@ def main():
                         "eos_token": eos,
                         "extra_context": extra,
                     }
+                    if tools is not None:
+                        case["tools"] = tools
                     try:
                         case["expected"] = template.render(
-                            messages=messages, tools=None, documents=None,
+                            messages=messages, tools=tools, documents=None,
                             add_generation_prompt=agp, bos_token=bos, eos_token=eos, **extra)
                     except jinja2.exceptions.TemplateError as e:
                         case["error"] = str(e)

@@ -64,43 +64,64 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+Result<AtomicFileWriter> AtomicFileWriter::create(const std::string& path) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail("{}: cannot create: {}", tmp, std::strerror(errno));
+  return AtomicFileWriter(path, std::move(tmp), fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& o) noexcept
+    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(o.fd_) {
+  o.fd_ = -1;
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+Status AtomicFileWriter::write(std::span<const uint8_t> bytes) {
+  EMBER_ASSERT(fd_ >= 0);
   size_t off = 0;
   while (off < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    ssize_t n = ::write(fd_, bytes.data() + off, bytes.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail("{}: write failed: {}", tmp, std::strerror(e));
+      return fail("{}: write failed: {}", tmp_, std::strerror(errno));
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
+  return {};
+}
+
+Status AtomicFileWriter::commit() {
+  EMBER_ASSERT(fd_ >= 0);
+  namespace fs = std::filesystem;
+  if (::fsync(fd_) != 0) return fail("{}: fsync failed: {}", tmp_, std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return fail("{}: fsync failed: {}", tmp, std::strerror(e));
+    ::unlink(tmp_.c_str());
+    return fail("{}: rename failed: {}", path_, std::strerror(e));
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return fail("{}: rename failed: {}", path, std::strerror(e));
-  }
+  fs::path target(path_);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
   return {};
+}
+
+Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  EMBER_TRY(AtomicFileWriter w, AtomicFileWriter::create(path));
+  EMBER_TRY_STATUS(w.write(bytes));
+  return w.commit();
 }
 
 Result<std::string> read_file(const std::string& path) {

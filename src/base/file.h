@@ -36,6 +36,28 @@ class MappedFile {
 // Writes `bytes` to `path` so that a reader sees either the old file or the whole new one.
 Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 
+// The streaming form: write() appends to `path`.tmp.<pid>; commit() fsyncs it, renames it over
+// `path` and fsyncs the directory. Destroyed without commit (an error, a deadline), the temp
+// file is removed and `path` is untouched; killed mid-write, `path` is untouched too.
+class AtomicFileWriter {
+ public:
+  static Result<AtomicFileWriter> create(const std::string& path);
+  AtomicFileWriter(AtomicFileWriter&& o) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  Status write(std::span<const uint8_t> bytes);
+  Status commit();
+  const std::string& temp_path() const { return tmp_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, int fd)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
 Result<std::string> read_file(const std::string& path);
 
 }  // namespace ember

@@ -29,6 +29,15 @@ int cmd_fixture(int argc, char** argv) {
   app.add_option("--ctx", spec.n_ctx, "context length")->capture_default_str();
   app.add_flag("--rope-freqs", spec.rope_freqs, "llama3 rope scaling (rope_freqs tensor)");
   app.add_option("--seed", spec.seed, "weight seed")->capture_default_str();
+  app.add_option("--sliding-window", spec.sliding_window,
+                 "gemma3: attention window of local layers")
+      ->capture_default_str();
+  app.add_option("--sliding-pattern", spec.sliding_pattern,
+                 "gemma3: attention.sliding_window_pattern period (-1: key not written)")
+      ->capture_default_str();
+  app.add_option("--rope-base-swa", spec.rope_base_swa,
+                 "gemma3: rope.freq_base_swa (0: key not written)")
+      ->capture_default_str();
   app.add_option("--out", out, "output .gguf path")->required();
   try {
     app.parse(argc, argv);

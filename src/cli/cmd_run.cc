@@ -5,17 +5,17 @@
 
 #include <unistd.h>
 #include <cstdio>
-#include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli/chat_interrupt.h"
 #include "cli/commands.h"
 #include "cli/model_path.h"
 #include "engine/engine.h"
 #include "model/backend.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/text_codec.h"
 
 namespace ember::cli {
 
@@ -34,32 +34,36 @@ struct RunOptions {
   int32_t threads = 0;
   int32_t ctx_size = 0;
   bool chat = false;
-  std::string system;
+  std::string system = text::kDefaultSystemPrompt;
 };
 
 struct Loaded {
   std::shared_ptr<const gguf::File> file;
-  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::unique_ptr<text::TextCodec> text;
   std::unique_ptr<engine::Engine> engine;
 };
 
+// The same text path as `ember serve` (text/text_codec.h): template, default system prompt,
+// prompt encoding and end-of-generation ids are decided there once.
 Result<Loaded> load(const RunOptions& o) {
   EMBER_TRY(std::string path, resolve_model_path(o.model));
   EMBER_TRY(gguf::File file, gguf::File::open(path));
   auto shared = std::make_shared<const gguf::File>(std::move(file));
   EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
-  std::vector<int32_t> eog = vocab.eog;
   EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
   model::LoadOptions lo;
   lo.n_threads = o.threads;
   lo.n_ctx = o.ctx_size;
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
+  EMBER_TRY(auto codec,
+            text::TextCodec::create(std::shared_ptr<const text::Tokenizer>(std::move(tok)),
+                                    {backend->config().arch_name, o.system}));
   engine::EngineOptions eo;
   eo.max_sequences = 1;
-  eo.eog_tokens = eog;
+  eo.eog_tokens = codec->eog_tokens();
   auto eng =
       std::make_unique<engine::Engine>(std::shared_ptr<model::Backend>(std::move(backend)), eo);
-  return Loaded{shared, std::move(tok), std::move(eng)};
+  return Loaded{shared, std::move(codec), std::move(eng)};
 }
 
 struct Outcome {
@@ -68,8 +72,9 @@ struct Outcome {
 };
 
 // Generates from `prompt`, streaming text to stdout as whole UTF-8 characters arrive.
+// `interrupts`: when given, Ctrl-C cancels this generation (the partial text is returned).
 Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const RunOptions& o,
-                         uint64_t seed) {
+                         uint64_t seed, ChatInterrupts* interrupts = nullptr) {
   engine::GenerateRequest req;
   req.prompt = prompt;
   req.max_tokens = o.n_predict;
@@ -79,9 +84,15 @@ Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const Ru
   req.sampling.min_p = o.min_p;
   req.sampling.repeat_penalty = o.repeat_penalty;
   req.sampling.seed = seed;
+  req.sampling.logprobs = false;  // ember run prints text only
+  req.cancel = engine::CancelToken::make();
+  if (interrupts) interrupts->begin_generation(req.cancel);
   auto sub = m.engine->submit(std::move(req));
-  if (!sub.ok()) return fail("{}", sub.error->message);
-  text::IncrementalDetokenizer detok(*m.tokenizer);
+  if (!sub.ok()) {
+    if (interrupts) interrupts->end_generation();
+    return fail("{}", sub.error->message);
+  }
+  text::IncrementalDetokenizer detok = m.text->detokenizer();
   Outcome out;
   while (auto ev = sub.stream->next()) {
     if (auto* t = std::get_if<engine::TokenEvent>(&*ev)) {
@@ -93,6 +104,7 @@ Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const Ru
       out.done = std::get<engine::DoneEvent>(*ev);
     }
   }
+  if (interrupts) interrupts->end_generation();
   std::string rest = detok.flush();
   out.text += rest;
   std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -114,52 +126,35 @@ void print_summary(const engine::DoneEvent& d) {
                std::string(engine::finish_reason_name(d.reason)).c_str());
 }
 
-int run_chat(Loaded& m, const RunOptions& o, uint64_t seed) {
-  const auto& vocab = m.tokenizer->vocab();
-  std::string source = vocab.chat_template;
-  if (source.empty()) {
-    auto builtin = text::builtin_template(m.engine->model_config().arch_name);
-    if (!builtin) {
-      std::fprintf(stderr,
-                   "ember run: the model has no chat template and ember has none built "
-                   "in for architecture '%s'\n",
-                   m.engine->model_config().arch_name.c_str());
-      return 1;
-    }
-    source = *builtin;
-  }
-  auto tmpl = text::ChatTemplate::parse(source);
-  if (!tmpl) {
-    std::fprintf(stderr, "ember run: %s\n", tmpl.message().c_str());
-    return 1;
-  }
-  auto piece = [&](int32_t id) { return id >= 0 ? m.tokenizer->token_to_piece(id, true) : ""; };
-  std::string bos = piece(vocab.bos), eos = piece(vocab.eos);
+// Ctrl-C during an answer stops it (kept, cut short, in the history); Ctrl-C at the prompt or
+// end of input (Ctrl-D) ends the chat with exit 0.
+int run_chat(Loaded& m, ChatInterrupts& interrupts, const RunOptions& o, uint64_t seed) {
   std::vector<text::ChatMessage> conv;
-  if (!o.system.empty()) conv.push_back({"system", o.system});
   std::string line;
   const bool tty = ::isatty(0);
   for (int turn = 0;; ++turn) {
     if (tty) std::fputs("> ", stdout), std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;
+    auto status = interrupts.read_line(&line);
+    if (status != ChatInterrupts::LineStatus::Line) break;
     if (line.empty()) continue;
     conv.push_back({"user", line});
-    auto rendered = tmpl->render(conv, true, bos, eos);
-    if (!rendered) {
-      std::fprintf(stderr, "ember run: %s\n", rendered.message().c_str());
+    auto ids = m.text->encode_chat(conv);
+    if (!ids) {
+      std::fprintf(stderr, "ember run: %s\n", ids.message().c_str());
       return 1;
     }
-    auto ids = m.tokenizer->encode(*rendered, /*add_special=*/false, /*parse_special=*/true);
-    auto out = generate(m, ids, o, seed + static_cast<uint64_t>(turn));
+    auto out = generate(m, *ids, o, seed + static_cast<uint64_t>(turn), &interrupts);
     if (!out) {
       std::fprintf(stderr, "\nember run: %s\n", out.message().c_str());
       return 1;
     }
+    if (out->done.reason == engine::FinishReason::Cancelled) std::fputs(" [stopped]", stdout);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     conv.push_back({"assistant", out->text});
   }
   if (tty) std::fputs("\n", stdout);
+  std::fflush(stdout);
   return 0;
 }
 
@@ -168,7 +163,7 @@ int run_chat(Loaded& m, const RunOptions& o, uint64_t seed) {
 int cmd_run(int argc, char** argv) {
   CLI::App app{"Generate text in this process", "ember run"};
   RunOptions o;
-  app.add_option("-m,--model", o.model, "GGUF file, or 'default'")
+  app.add_option("-m,--model", o.model, "GGUF file, or a model name (ember models lists them)")
       ->envname("EMBER_MODEL")
       ->capture_default_str();
   app.add_option("-p,--prompt", o.prompt, "prompt text");
@@ -186,7 +181,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("-c,--ctx-size", o.ctx_size, "context size (0: min(model's, 4096))")
       ->capture_default_str();
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
-  app.add_option("--system", o.system, "system prompt for --chat");
+  app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -197,13 +193,17 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  // Before load(): the engine's threads must start with SIGINT blocked (chat_interrupt.h).
+  std::optional<ChatInterrupts> interrupts;
+  if (o.chat) interrupts.emplace();
   auto loaded = load(o);
+  if (interrupts) interrupts->unblock_here();
   if (!loaded) {
     std::fprintf(stderr, "ember run: %s\n", loaded.message().c_str());
     return 1;
   }
-  if (o.chat) return run_chat(*loaded, o, seed);
-  auto ids = loaded->tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (o.chat) return run_chat(*loaded, *interrupts, o, seed);
+  auto ids = loaded->text->encode_prompt(o.prompt);
   std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
   auto out = generate(*loaded, ids, o, seed);
   if (!out) {

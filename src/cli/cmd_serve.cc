@@ -17,7 +17,7 @@
 #include "gguf/reader.h"
 #include "model/backend.h"
 #include "server/server.h"
-#include "server/text_codec.h"
+#include "text/text_codec.h"
 #include "text/tokenizer.h"
 #include "worker/inprocess_client.h"
 
@@ -38,9 +38,17 @@ struct ServeOptions {
   int64_t max_body_bytes = 4 << 20;
   double header_timeout_s = 10;
   double body_timeout_s = 30;
+  double write_timeout_s = 30;
   int io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";
+  std::vector<std::string> cors_origins;
+  std::string system_prompt = text::kDefaultSystemPrompt;
+  int max_tokens = 4096;
+  bool no_web_ui = false;
+  int64_t kv_cache_bytes = int64_t{512} << 20;
+  std::string warm_cache_dir;
+  int64_t warm_cache_bytes = int64_t{256} << 20;
 };
 
 std::chrono::milliseconds ms(double seconds) {
@@ -52,7 +60,6 @@ Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
   EMBER_TRY(gguf::File file, gguf::File::open(path));
   auto shared = std::make_shared<const gguf::File>(std::move(file));
   EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
-  std::vector<int32_t> eog = vocab.eog;
   EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
   std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
   model::LoadOptions lo;
@@ -60,21 +67,29 @@ Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
   lo.n_ctx = o.ctx_size;
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   const model::ModelConfig cfg = backend->config();
-  EMBER_TRY(auto codec, server::make_text_codec(tokenizer, cfg.arch_name));
+  EMBER_TRY(auto codec, text::TextCodec::create(tokenizer, {cfg.arch_name, o.system_prompt}));
 
   engine::EngineOptions eo;
   eo.max_sequences = o.max_sequences;
   eo.max_queued = o.max_queued;
-  eo.eog_tokens = eog;
+  eo.eog_tokens = codec->eog_tokens();
+  eo.prefix_cache_bytes = o.kv_cache_bytes;
+  eo.warm.dir = o.warm_cache_dir;
+  eo.warm.max_bytes = o.warm_cache_bytes;
   auto served = std::make_shared<server::ServedModel>();
   served->engine = std::make_shared<worker::InProcessEngineClient>(
       std::shared_ptr<model::Backend>(std::move(backend)), eo);
-  served->text = std::shared_ptr<const server::TextCodec>(std::move(codec));
+  served->text = std::shared_ptr<const text::TextCodec>(std::move(codec));
   if (!o.served_model_names.empty()) {
     served->names = o.served_model_names;
   } else {
     served->names.push_back(!cfg.name.empty() ? cfg.name
                                               : std::filesystem::path(path).stem().string());
+  }
+  // A model given by name (or the default) also answers to its name, e.g. smollm2-135m.
+  if (const NamedModel* nm = find_named_model(o.model);
+      nm && path != o.model && o.served_model_names.empty()) {
+    served->names.insert(served->names.begin(), nm->name);
   }
   if (std::find(served->names.begin(), served->names.end(), "default") == served->names.end()) {
     served->names.push_back("default");
@@ -90,7 +105,7 @@ Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over the OpenAI-compatible HTTP API", "ember serve"};
   ServeOptions o;
-  app.add_option("-m,--model", o.model, "GGUF file, or 'default'")
+  app.add_option("-m,--model", o.model, "GGUF file, or a model name (ember models lists them)")
       ->envname("EMBER_MODEL")
       ->capture_default_str();
   app.add_option("--host", o.host, "address to listen on")
@@ -139,6 +154,12 @@ int cmd_serve(int argc, char** argv) {
       ->envname("EMBER_BODY_TIMEOUT")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--write-timeout", o.write_timeout_s,
+                 "seconds one write of an answer may take; a client that stops reading is "
+                 "cancelled as a slow consumer")
+      ->envname("EMBER_WRITE_TIMEOUT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--io-threads", o.io_threads, "HTTP threads")
       ->envname("EMBER_IO_THREADS")
       ->check(CLI::Range(1, 64))
@@ -148,6 +169,37 @@ int cmd_serve(int argc, char** argv) {
                  "reports unhealthy")
       ->envname("EMBER_STALL_LIMIT")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--cors-origins", o.cors_origins,
+                 "origins browsers may call from (CORS), e.g. https://app.example; '*': any; "
+                 "default: none")
+      ->envname("EMBER_CORS_ORIGINS")
+      ->delimiter(',');
+  app.add_option("--system-prompt", o.system_prompt,
+                 "system prompt for chats that bring none (\"\": none)")
+      ->envname("EMBER_SYSTEM_PROMPT")
+      ->capture_default_str();
+  app.add_option("--max-tokens", o.max_tokens,
+                 "most tokens generated for a request that sets no max_tokens (the context "
+                 "bounds every request)")
+      ->envname("EMBER_MAX_TOKENS")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_flag("--no-web-ui", o.no_web_ui, "do not serve the chat page at /")
+      ->envname("EMBER_NO_WEB_UI");
+  app.add_option("--kv-cache-bytes", o.kv_cache_bytes,
+                 "KV bytes the prefix cache keeps for reuse by later requests (0: no cache)")
+      ->envname("EMBER_KV_CACHE_BYTES")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--warm-cache-dir", o.warm_cache_dir,
+                 "directory for the warm-state file: the hottest cached KV is saved there on "
+                 "graceful exit and loaded at start (empty: off)")
+      ->envname("EMBER_WARM_CACHE_DIR");
+  app.add_option("--warm-cache-bytes", o.warm_cache_bytes,
+                 "KV bytes written to the warm-state file at most")
+      ->envname("EMBER_WARM_CACHE_BYTES")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")
       ->envname("EMBER_LOG_LEVEL")
@@ -168,8 +220,12 @@ int cmd_serve(int argc, char** argv) {
   so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   so.header_timeout = ms(o.header_timeout_s);
   so.body_timeout = ms(o.body_timeout_s);
+  so.write_timeout = ms(o.write_timeout_s);
   so.drain_timeout = ms(o.drain_timeout_s);
   so.stall_limit = ms(o.stall_limit_s);
+  so.cors_origins = o.cors_origins;
+  so.default_max_tokens = o.max_tokens;
+  so.web_ui = !o.no_web_ui;
   server::Server srv(so);
   auto port = srv.listen();
   if (!port) {
@@ -177,7 +233,8 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   srv.start();
-  std::fprintf(stderr, "ember: listening on http://%s:%u\n", o.host.c_str(), unsigned{*port});
+  std::fprintf(stderr, "ember: listening on http://%s:%u%s\n", o.host.c_str(), unsigned{*port},
+               so.web_ui ? "  (chat page at /)" : "");
   std::fflush(stderr);
 
   // The model loads while the listener already answers (/health: loading; completions: 503).

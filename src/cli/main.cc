@@ -17,7 +17,9 @@ constexpr Subcommand kCommands[] = {
     {"serve", ember::cli::cmd_serve, "serve a model over the OpenAI-compatible HTTP API"},
     {"run", ember::cli::cmd_run, "generate text from a prompt, or chat, in this process"},
     {"inspect", ember::cli::cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"models", ember::cli::cmd_models, "list the named models --model accepts"},
     {"fixture", ember::cli::cmd_fixture, "write a small random-weight model for tests"},
+    {"bench", ember::cli::cmd_bench, "measure prefill, decode and batched decode on this host"},
 };
 
 void usage(FILE* out) {

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 
 namespace ember::engine {
 
@@ -31,8 +33,18 @@ class CancelToken {
   static CancelToken with_budget(uint64_t n);
 
   // Idempotent; any thread. No effect on a never() token.
+  // The first cancel() records when it happened (for the cancel-latency metric).
   void cancel() const {
-    if (s_) s_->cancelled.store(true, std::memory_order_release);
+    if (!s_) return;
+    int64_t expected = 0;
+    s_->cancelled_at_ns.compare_exchange_strong(expected, now_ns(), std::memory_order_relaxed);
+    s_->cancelled.store(true, std::memory_order_release);
+  }
+  // When cancel() first ran; nullopt if it has not (or for never()).
+  std::optional<std::chrono::steady_clock::time_point> cancelled_at() const {
+    int64_t ns = s_ ? s_->cancelled_at_ns.load(std::memory_order_relaxed) : 0;
+    if (ns == 0) return std::nullopt;
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
   }
 
   // Counts one poll. True once cancel() ran or the budget is spent.
@@ -64,8 +76,14 @@ class CancelToken {
   struct State {
     std::atomic<bool> cancelled{false};
     std::atomic<uint64_t> polls{0};
-    uint64_t budget = kNoBudget;  // poll index from which polls report cancelled
+    uint64_t budget = kNoBudget;              // poll index from which polls report cancelled
+    std::atomic<int64_t> cancelled_at_ns{0};  // steady_clock; 0: not cancelled
   };
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   std::shared_ptr<State> s_;
 };
 

@@ -4,15 +4,20 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "base/log.h"
 #include "engine/event_stream.h"
+#include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 
 namespace ember::engine {
@@ -25,6 +30,10 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 // One request, from submit to its DoneEvent.
 struct Req {
   uint64_t id = 0;
@@ -33,6 +42,7 @@ struct Req {
   // Set (first writer wins) by Engine::cancel from any thread; read at every poll, so a cancel
   // that arrives while a hook blocks is seen by the re-poll without a trip through the mailbox.
   std::atomic<int> ext_cause{0};
+  std::atomic<int64_t> ext_at_ns{0};  // when ext_cause was set (steady_clock)
   Clock::time_point t_submit, t_admit, t_first;
 
   // Engine thread only.
@@ -44,9 +54,16 @@ struct Req {
   int32_t max_gen = 0;  // max_tokens clipped to the context
   int32_t n_gen = 0;    // tokens delivered
   int32_t decode_step = 0;
-  int32_t last = -1;    // the token the next decode step feeds
-  bool seeded = false;  // the first token has been produced
+  int32_t last = -1;         // the token the next decode step feeds
+  std::vector<int32_t> gen;  // tokens delivered, in order (the history after the prompt)
+  int32_t cached = 0;        // prompt tokens reused from the prefix cache
+  int32_t published = 0;     // full blocks of this sequence offered to the prefix cache
+  uint64_t chain_key = 0;    // prefix-cache key of block published - 1 (root if none)
+  bool seeded = false;       // the first token has been produced
   bool finished = false;
+  std::shared_ptr<TokenConstraint> constraint;  // this choice's own; null: any token
+  // n > 1: choices 1..n-1, registered and counted but not yet active; they fork at the seed.
+  std::vector<std::shared_ptr<Req>> forks;
 };
 
 enum class Site { PrefillChunk, Seed, DecodeStep };
@@ -66,11 +83,20 @@ struct Engine::Impl {
   int32_t in_flight = 0;                                        // guarded by mu
   std::shared_ptr<const GenHooks> hooks;                        // guarded by mu
   std::atomic<bool> shutdown{false};
-  uint64_t next_id = 1;  // guarded by mu
+  std::atomic<int64_t> shutdown_at_ns{0};  // when signal_shutdown first ran (steady_clock)
+  uint64_t next_id = 1;                    // guarded by mu
 
   std::atomic<int32_t> n_active{0}, n_queued{0};
   std::atomic<uint64_t> n_steps{0}, n_tokens{0}, n_prompt{0};
   std::atomic<int64_t> kv_bytes{0};
+
+  // Prefix cache and warm state (engine thread, or the constructor before the thread starts).
+  std::unique_ptr<PrefixCache> cache;
+  mutable std::mutex stats_mu;              // guards the two snapshots below
+  PrefixCacheStats cache_stats;             // copied after each change
+  EngineStats warm_stats;                   // warm_* fields only
+  std::deque<std::function<void()>> tasks;  // guarded by mu: run on the engine thread
+  bool stopped = false;                     // guarded by mu: the thread has left run()
 
   // Engine thread only.
   std::deque<std::shared_ptr<Req>> waiting;
@@ -78,15 +104,28 @@ struct Engine::Impl {
   std::vector<Req*> batch;
   std::vector<model::ForwardItem> items;
   std::vector<float> logits;
+  std::vector<float> shaped;  // one row of logits after logit_bias and the constraint's mask
   std::thread thread;
 
   void run();
+  void run_tasks();
+  void publish(Req& r);
+  void sync_cache_stats();
+  // KV memory of live sequences: the backend's live blocks minus those only the cache holds.
+  int64_t sequence_kv_bytes() const {
+    return backend->live_kv_bytes() - (cache ? cache->idle_bytes() : 0);
+  }
+  WarmReport load_warm();
+  WarmReport save_warm();
+  WarmReport on_engine_thread(std::function<WarmReport()> fn);
   void sweep_waiting();
   void admit(const std::shared_ptr<const GenHooks>& snapshot);
   void step();
   CancelCause check(Req& r, bool counted);
+  Clock::time_point cancel_requested_at(const Req& r, Clock::time_point now) const;
   CancelCause poll_site(Req& r);
   void produce(Req& r, const float* row);
+  void fork_choices(Req& parent, const float* row);
   void finish(Req& r, FinishReason reason, CancelCause cause, std::string message);
   std::optional<SubmitError> validate(const GenerateRequest& g) const;
   bool is_eog(int32_t tok) const {
@@ -103,6 +142,12 @@ Engine::Engine(std::shared_ptr<model::Backend> backend, EngineOptions opts)
   impl_->opts = std::move(opts);
   impl_->n_ctx = impl_->backend->n_ctx();
   impl_->n_vocab = impl_->backend->config().n_vocab;
+  if (impl_->opts.prefix_cache_bytes > 0) {
+    impl_->cache =
+        std::make_unique<PrefixCache>(impl_->backend->kv_layout(), impl_->opts.prefix_cache_bytes);
+  }
+  // Before the thread starts, so the engine serves nothing until warm state is in (or refused).
+  if (!impl_->opts.warm.dir.empty() && impl_->opts.warm.load_at_start) impl_->load_warm();
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
@@ -126,7 +171,138 @@ EngineStats Engine::stats() const {
   s.tokens_generated = impl_->n_tokens.load();
   s.prompt_tokens = impl_->n_prompt.load();
   s.kv_bytes = impl_->kv_bytes.load();
+  std::lock_guard lk(impl_->stats_mu);
+  const PrefixCacheStats& c = impl_->cache_stats;
+  s.cache_hits = c.lookups_hit;
+  s.cache_misses = c.lookups_miss;
+  s.cache_evictions = c.evictions;
+  s.cached_tokens = c.cached_tokens;
+  s.cache_blocks = c.blocks;
+  s.cache_bytes = c.bytes;
+  const EngineStats& w = impl_->warm_stats;
+  s.warm_blocks_loaded = w.warm_blocks_loaded;
+  s.warm_load_seconds = w.warm_load_seconds;
+  s.warm_bytes_written = w.warm_bytes_written;
+  s.warm_save_seconds = w.warm_save_seconds;
   return s;
+}
+
+WarmReport Engine::load_warm_state() {
+  return impl_->on_engine_thread([impl = impl_.get()] { return impl->load_warm(); });
+}
+
+WarmReport Engine::save_warm_state() {
+  return impl_->on_engine_thread([impl = impl_.get()] { return impl->save_warm(); });
+}
+
+WarmReport Engine::Impl::on_engine_thread(std::function<WarmReport()> fn) {
+  auto done = std::make_shared<std::promise<WarmReport>>();
+  auto result = done->get_future();
+  {
+    std::unique_lock lk(mu);
+    if (!stopped) {
+      tasks.push_back([fn = std::move(fn), done] { done->set_value(fn()); });
+      lk.unlock();
+      cv.notify_all();
+      return result.get();
+    }
+  }
+  return fn();  // the thread has ended: its state is ours (ordered by mu)
+}
+
+void Engine::Impl::run_tasks() {
+  std::deque<std::function<void()>> todo;
+  {
+    std::lock_guard lk(mu);
+    todo.swap(tasks);
+  }
+  for (auto& t : todo) t();
+}
+
+// The report of a load or save: its result, or why not (logged as a warning).
+static WarmReport outcome(Result<WarmReport> r, std::string_view failed) {
+  if (r) return *r;
+  WarmReport rep;
+  rep.message = r.message();
+  log::warn("ember: {}: {}", failed, rep.message);
+  return rep;
+}
+
+WarmReport Engine::Impl::load_warm() {
+  WarmReport rep;
+  const std::string path = warm_file_path(opts.warm.dir);
+  if (!cache) {
+    rep.message = "no prefix cache (prefix_cache_bytes is 0): warm state not loaded";
+    log::warn("ember: {}", rep.message);
+    return rep;
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    rep.ok = true;
+    rep.message = "no warm state at " + path;
+    log::info("ember: {}; starting cold", rep.message);
+    return rep;
+  }
+  rep = outcome(load_warm_file(path, *backend, *cache, Clock::now() + opts.warm.io_budget),
+                "warm state rejected, starting cold");
+  if (!rep.ok) return rep;
+  log::info("ember: warm state loaded: {} blocks ({} bytes) from {} in {:.3f} s", rep.blocks,
+            rep.bytes, path, rep.seconds);
+  {
+    std::lock_guard lk(stats_mu);
+    warm_stats.warm_blocks_loaded += rep.blocks;
+    warm_stats.warm_load_seconds = rep.seconds;
+  }
+  kv_bytes.store(sequence_kv_bytes());
+  sync_cache_stats();
+  return rep;
+}
+
+WarmReport Engine::Impl::save_warm() {
+  WarmReport rep;
+  if (!cache || opts.warm.dir.empty()) {
+    rep.message = "no prefix cache or no warm-cache directory: nothing saved";
+    return rep;
+  }
+  const std::string path = warm_file_path(opts.warm.dir);
+  std::error_code ec;
+  std::filesystem::create_directories(opts.warm.dir, ec);
+  rep = outcome(save_warm_file(path, *cache, opts.warm, Clock::now() + opts.warm.io_budget),
+                "warm state not saved");
+  if (!rep.ok) return rep;
+  log::info("ember: warm state saved: {} blocks ({} bytes) to {} in {:.3f} s", rep.blocks,
+            rep.bytes, path, rep.seconds);
+  std::lock_guard lk(stats_mu);
+  warm_stats.warm_bytes_written += uint64_t(rep.bytes);
+  warm_stats.warm_save_seconds = rep.seconds;
+  return rep;
+}
+
+void Engine::Impl::sync_cache_stats() {
+  if (!cache) return;
+  std::lock_guard lk(stats_mu);
+  cache_stats = cache->stats();
+}
+
+// Offers the sequence's newly full blocks to the cache. Its tokens are the prompt followed by
+// the delivered tokens; the sequence never holds more than that.
+void Engine::Impl::publish(Req& r) {
+  if (!cache || !r.seq) return;
+  const int32_t B = cache->block_tokens();
+  if ((r.published + 1) * B > r.seq->length()) return;  // the common decode step: nothing new
+  std::vector<int32_t> toks(static_cast<size_t>(B));
+  bool changed = false;
+  while ((r.published + 1) * B <= r.seq->length()) {
+    const int32_t p0 = r.published * B;
+    for (int32_t j = 0; j < B; ++j) {
+      const int32_t p = p0 + j;
+      toks[size_t(j)] = p < r.prompt_len ? r.g.prompt[size_t(p)] : r.gen[size_t(p - r.prompt_len)];
+    }
+    r.chain_key = cache->insert(r.chain_key, r.published, toks, r.seq->block(r.published));
+    ++r.published;
+    changed = true;
+  }
+  if (changed) sync_cache_stats();
 }
 
 void Engine::set_hooks(GenHooks h) {
@@ -141,6 +317,7 @@ void Engine::set_hooks(GenHooks h) {
 void Engine::signal_shutdown() {
   {
     std::lock_guard lk(impl_->mu);
+    if (!impl_->shutdown.load()) impl_->shutdown_at_ns.store(to_ns(Clock::now()));
     impl_->shutdown.store(true);
   }
   impl_->cv.notify_all();
@@ -152,7 +329,10 @@ void Engine::cancel(uint64_t id, CancelCause cause) {
   auto it = impl_->registry.find(id);
   if (it == impl_->registry.end()) return;  // already finished: nothing to stop
   int expected = 0;
-  it->second->ext_cause.compare_exchange_strong(expected, static_cast<int>(cause));
+  Req& r = *it->second;
+  const int64_t at = to_ns(Clock::now());
+  if (r.ext_cause.load() == 0) r.ext_at_ns.store(at);  // before the cause: a poll that sees
+  r.ext_cause.compare_exchange_strong(expected, static_cast<int>(cause));  // it sees the time
   impl_->cv.notify_all();
 }
 
@@ -160,9 +340,12 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
   using K = SubmitError::Kind;
   auto bad = [](K k, std::string m) { return SubmitError{k, std::move(m)}; };
   if (g.prompt.empty()) return bad(K::InvalidRequest, "prompt is empty");
-  if (g.prompt.size() > size_t(n_ctx)) {
+  // The one owner of the context check: the prompt must leave room for one generated token.
+  if (g.prompt.size() >= size_t(n_ctx)) {
     return bad(K::PromptTooLong,
-               fmt::format("prompt has {} tokens; context is {}", g.prompt.size(), n_ctx));
+               fmt::format("the prompt has {} tokens, but this model's context holds {} tokens "
+                           "(prompt and answer together)",
+                           g.prompt.size(), n_ctx));
   }
   for (size_t i = 0; i < g.prompt.size(); ++i) {
     if (g.prompt[i] < 0 || g.prompt[i] >= n_vocab) {
@@ -181,8 +364,8 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
   }
   if (s.top_k < 0)
     return bad(K::InvalidRequest, fmt::format("top_k must be >= 0 (got {})", s.top_k));
-  if (!(s.top_p > 0.f && s.top_p <= 1.f)) {
-    return bad(K::InvalidRequest, fmt::format("top_p must be in (0, 1] (got {})", s.top_p));
+  if (!(s.top_p >= 0.f && s.top_p <= 1.f)) {  // 0: only the most likely token survives
+    return bad(K::InvalidRequest, fmt::format("top_p must be in [0, 1] (got {})", s.top_p));
   }
   if (!(s.min_p >= 0.f && s.min_p <= 1.f)) {
     return bad(K::InvalidRequest, fmt::format("min_p must be in [0, 1] (got {})", s.min_p));
@@ -190,6 +373,19 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
   if (!(s.repeat_penalty > 0.f)) {
     return bad(K::InvalidRequest,
                fmt::format("repeat_penalty must be > 0 (got {})", s.repeat_penalty));
+  }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
+      return bad(K::InvalidRequest,
+                 fmt::format("logit_bias: token {} (bias {}) is outside the vocabulary (0..{}) "
+                             "or not finite",
+                             id, bias, n_vocab - 1));
+    }
+  }
+  if (g.n < 1) return bad(K::InvalidRequest, fmt::format("n must be at least 1 (got {})", g.n));
+  if (g.n > opts.max_sequences) {
+    return bad(K::InvalidRequest, fmt::format("n is {}, but at most {} sequences run at once", g.n,
+                                              opts.max_sequences));
   }
   if (s.top_logprobs < 0 || s.top_logprobs > 20) {
     return bad(K::InvalidRequest,
@@ -208,6 +404,8 @@ SubmitResult Engine::submit(GenerateRequest req) {
   r->g = std::move(req);
   r->prompt_len = static_cast<int32_t>(r->g.prompt.size());
   r->t_submit = Clock::now();
+  r->constraint = r->g.constraint;
+  const int32_t n = r->g.n;
   {
     std::lock_guard lk(impl_->mu);
     if (impl_->shutdown.load()) {
@@ -215,7 +413,7 @@ SubmitResult Engine::submit(GenerateRequest req) {
       return res;
     }
     const int32_t limit = impl_->opts.max_sequences + impl_->opts.max_queued;
-    if (impl_->in_flight >= limit) {
+    if (impl_->in_flight + n > limit) {
       // Fail fast rather than queue without bound: the caller can shed load (HTTP 503).
       res.error = SubmitError{
           SubmitError::Kind::Overloaded,
@@ -224,12 +422,29 @@ SubmitResult Engine::submit(GenerateRequest req) {
                       impl_->in_flight, impl_->opts.max_sequences, impl_->opts.max_queued)};
       return res;
     }
-    r->id = impl_->next_id++;
-    r->ch = std::make_shared<EventChannel>(r->id, impl_->opts.event_queue_capacity);
+    auto enlist = [&](Req& q) {
+      q.id = impl_->next_id++;
+      q.ch = std::make_shared<EventChannel>(q.id, impl_->opts.event_queue_capacity);
+      impl_->in_flight++;
+      impl_->n_queued.fetch_add(1);
+    };
+    enlist(*r);
     res.stream = std::make_shared<StreamHandle>(r->ch);
-    impl_->registry.emplace(r->id, r);
-    impl_->in_flight++;
-    impl_->n_queued.fetch_add(1);
+    for (int32_t i = 1; i < n; ++i) {
+      auto f = std::make_shared<Req>();
+      f->g.sampling = r->g.sampling;
+      f->g.sampling.seed = r->g.sampling.seed + uint64_t(i);
+      f->g.max_tokens = r->g.max_tokens;
+      f->g.cancel = r->g.cancel;
+      f->g.deadline = r->g.deadline;
+      f->prompt_len = r->prompt_len;
+      f->t_submit = r->t_submit;
+      enlist(*f);
+      impl_->registry[f->id] = f;
+      res.forks.push_back(std::make_shared<StreamHandle>(f->ch));
+      r->forks.push_back(std::move(f));
+    }
+    impl_->registry[r->id] = r;
     impl_->inbox.push_back(std::move(r));
   }
   impl_->cv.notify_all();
@@ -238,11 +453,16 @@ SubmitResult Engine::submit(GenerateRequest req) {
 
 void Engine::Impl::run() {
   for (;;) {
+    run_tasks();
     std::shared_ptr<const GenHooks> snapshot;
     {
       std::unique_lock lk(mu);
       if (active.empty() && waiting.empty()) {
-        cv.wait(lk, [&] { return !inbox.empty() || shutdown.load(); });
+        cv.wait(lk, [&] { return !inbox.empty() || !tasks.empty() || shutdown.load(); });
+        if (!tasks.empty()) continue;  // warm-state calls run at the top of the loop
+        // Decided under the lock that submit() takes: once shutdown is set submit() refuses,
+        // so an inbox empty now stays empty and no accepted request misses its DoneEvent.
+        if (shutdown.load() && inbox.empty()) break;
       }
       while (!inbox.empty()) {
         waiting.push_back(std::move(inbox.front()));
@@ -252,12 +472,16 @@ void Engine::Impl::run() {
     }
     sweep_waiting();
     admit(snapshot);
-    if (active.empty()) {
-      if (shutdown.load() && waiting.empty()) break;
-      continue;
-    }
+    if (active.empty()) continue;  // shutdown ends the loop above, with the inbox checked
     step();
   }
+  {
+    std::lock_guard lk(mu);
+    stopped = true;
+  }
+  run_tasks();  // posted before `stopped` was set
+  // Every request has ended: the cache holds all there is to keep.
+  if (!opts.warm.dir.empty() && opts.warm.save_at_exit) save_warm();
 }
 
 // Cause to stop `r` now, or None. `counted`: the site's one counted poll of the request's
@@ -283,24 +507,40 @@ void Engine::Impl::sweep_waiting() {
 }
 
 void Engine::Impl::admit(const std::shared_ptr<const GenHooks>& snapshot) {
-  while (!waiting.empty() && active.size() < size_t(opts.max_sequences)) {
+  while (!waiting.empty()) {
+    // A request with n choices needs n slots (its forks join at the seed).
+    const size_t need = 1 + waiting.front()->forks.size();
+    if (active.size() + need > size_t(opts.max_sequences)) break;
     std::shared_ptr<Req> r = std::move(waiting.front());
     waiting.pop_front();
     r->t_admit = Clock::now();
     r->hooks = snapshot;
     r->max_gen = std::min(r->g.max_tokens, n_ctx - r->prompt_len);
-    n_queued.fetch_sub(1);
-    n_active.fetch_add(1);
+    n_queued.fetch_sub(int32_t(need));
+    n_active.fetch_add(int32_t(need));
     n_prompt.fetch_add(uint64_t(r->prompt_len));
-    if (r->max_gen <= 0) {  // the prompt fills the context: no room for one token
-      finish(*r, FinishReason::Length, CancelCause::None, "");
-      continue;
+    for (auto& f : r->forks) {
+      f->t_admit = r->t_admit;
+      f->hooks = snapshot;
+      f->max_gen = r->max_gen;
     }
+    EMBER_ASSERT(r->max_gen >= 1);  // validate(): the prompt leaves room for one token
     // A fresh sequence per request, destroyed at finish: no state can leak between requests.
-    r->seq = backend->new_sequence(r->prompt_len + r->max_gen);
+    // It starts on the longest cached prefix, leaving at least one prompt token for the seed.
+    std::vector<model::KvBlockRef> prefix;
+    r->chain_key = cache ? cache->root() : 0;
+    if (cache) {
+      const int32_t max_blocks = (r->prompt_len - 1) / cache->block_tokens();
+      prefix = cache->match(r->g.prompt, max_blocks, r->chain_key);
+      r->published = static_cast<int32_t>(prefix.size());
+      r->cached = r->published * cache->block_tokens();
+      r->pos = r->cached;
+      sync_cache_stats();
+    }
+    r->seq = backend->new_sequence(r->prompt_len + r->max_gen, prefix);
     r->sampler.emplace(r->g.sampling, n_vocab);
     r->sampler->add_prompt(r->g.prompt);
-    kv_bytes.store(backend->live_kv_bytes());
+    kv_bytes.store(sequence_kv_bytes());
     active.push_back(std::move(r));
   }
 }
@@ -370,6 +610,7 @@ void Engine::Impl::step() {
       size_t row = 0;
       for (size_t i = 0; i < batch.size(); ++i) {
         Req& r = *batch[i];
+        publish(r);
         if (!items[i].want_logits) {
           r.pos += static_cast<int32_t>(items[i].tokens.size());
           continue;
@@ -382,21 +623,63 @@ void Engine::Impl::step() {
   std::erase_if(active, [](const auto& r) { return r->finished; });
 }
 
+// n > 1: at the seed, each pending choice takes a copy of the prefilled sequence and samples
+// its first token from the same logits. A choice cancelled meanwhile ends here, unforked.
+void Engine::Impl::fork_choices(Req& parent, const float* row) {
+  std::vector<std::shared_ptr<Req>> forks = std::move(parent.forks);
+  parent.forks.clear();
+  for (auto& f : forks) {
+    CancelCause c = check(*f, /*counted=*/false);
+    if (c != CancelCause::None) {
+      finish(*f, FinishReason::Cancelled, c, "");
+      continue;
+    }
+    f->seq = backend->fork_sequence(*parent.seq, f->prompt_len + f->max_gen);
+    f->sampler.emplace(f->g.sampling, n_vocab);
+    f->sampler->add_prompt(parent.g.prompt);
+    if (parent.constraint) f->constraint = parent.constraint->clone();
+    // The fork holds the parent's blocks: it continues the parent's prefix-cache chain (and
+    // publishes its own later blocks, which start with the prompt's tail, so it needs the
+    // prompt). The prompt and its cached part are reported once, by the parent.
+    if (cache) f->g.prompt = parent.g.prompt;
+    f->published = parent.published;
+    f->chain_key = parent.chain_key;
+    Req& q = *f;
+    active.push_back(std::move(f));  // before produce: finish() may run and must find it there
+    produce(q, row);
+  }
+  kv_bytes.store(sequence_kv_bytes());
+}
+
 // Samples the next token from `row` and delivers it (or finishes the request).
 void Engine::Impl::produce(Req& r, const float* row) {
   if (!r.seeded) {
     r.pos = r.prompt_len;
     r.seeded = true;
     r.t_first = Clock::now();
+    if (!r.forks.empty()) fork_choices(r, row);
   } else {
     ++r.decode_step;
   }
-  TokenChoice c = r.sampler->sample(std::span<const float>(row, size_t(n_vocab)));
+  std::span<const float> use(row, size_t(n_vocab));
+  if (!r.g.sampling.logit_bias.empty() || r.constraint) {
+    shaped.assign(row, row + n_vocab);
+    for (const auto& [id, bias] : r.g.sampling.logit_bias) shaped[size_t(id)] += bias;
+    if (r.constraint && !r.constraint->mask(shaped)) {
+      finish(r, FinishReason::Error, CancelCause::None,
+             "the output constraint allows no token at this point");
+      return;
+    }
+    use = shaped;
+  }
+  TokenChoice c = r.sampler->sample(use);
   if (is_eog(c.token)) {  // the end-of-generation token itself is not part of the output
     finish(r, FinishReason::Stop, CancelCause::None, "");
     return;
   }
   r.sampler->accept(c.token);
+  if (cache) r.gen.push_back(c.token);
+  if (r.constraint) r.constraint->accept(c.token);
   if (!r.ch->push_token(TokenEvent{c.token, c.logprob, std::move(c.top)})) {
     finish(r, FinishReason::Cancelled, CancelCause::SlowConsumer,
            fmt::format("consumer fell {} events behind", opts.event_queue_capacity));
@@ -404,6 +687,10 @@ void Engine::Impl::produce(Req& r, const float* row) {
   }
   ++r.n_gen;
   n_tokens.fetch_add(1);
+  if (r.constraint && r.constraint->complete()) {
+    finish(r, FinishReason::Stop, CancelCause::None, "");
+    return;
+  }
   if (r.n_gen >= r.max_gen) {
     finish(r, FinishReason::Length, CancelCause::None, "");
     return;
@@ -411,17 +698,39 @@ void Engine::Impl::produce(Req& r, const float* row) {
   r.last = c.token;
 }
 
+// The earliest moment anyone asked `r` to stop, as far as the engine knows; `now` when the
+// cause carries no time (a dropped stream, a spent budget, a slow consumer).
+Clock::time_point Engine::Impl::cancel_requested_at(const Req& r, Clock::time_point now) const {
+  Clock::time_point t = now;
+  auto earlier = [&](int64_t ns) {
+    if (ns != 0) t = std::min(t, Clock::time_point(std::chrono::nanoseconds(ns)));
+  };
+  earlier(r.ext_at_ns.load());
+  earlier(shutdown_at_ns.load());
+  if (auto at = r.g.cancel.cancelled_at()) t = std::min(t, *at);
+  if (r.g.deadline) t = std::min(t, *r.g.deadline);
+  return t;
+}
+
 // Releases the request's resources, THEN delivers its DoneEvent: a consumer that has seen the
 // DoneEvent can rely on stats() and the backend's live KV memory no longer counting it.
 void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::string message) {
   EMBER_ASSERT(!r.finished);
+  // Choices not yet forked end with their request (they share its prompt and its fate).
+  for (auto& f : r.forks) finish(*f, reason, cause, message);
+  r.forks.clear();
   r.finished = true;
   const auto now = Clock::now();
   const bool admitted = r.t_admit != Clock::time_point{};
   if (admitted) {
     r.seq.reset();
     r.sampler.reset();
-    kv_bytes.store(backend->live_kv_bytes());
+    r.constraint.reset();
+    if (cache) {
+      cache->evict_to_budget();  // blocks this sequence held may be evictable now
+      sync_cache_stats();
+    }
+    kv_bytes.store(sequence_kv_bytes());
     n_active.fetch_sub(1);
   } else {
     n_queued.fetch_sub(1);
@@ -436,9 +745,17 @@ void Engine::Impl::finish(Req& r, FinishReason reason, CancelCause cause, std::s
   d.cause = cause;
   d.usage.prompt_tokens = r.prompt_len;
   d.usage.completion_tokens = r.n_gen;
+  d.usage.cached_tokens = r.cached;
   d.timings.queued_ms = ms_between(r.t_submit, admitted ? r.t_admit : now);
   if (admitted) d.timings.prefill_ms = ms_between(r.t_admit, r.seeded ? r.t_first : now);
   if (r.seeded) d.timings.decode_ms = ms_between(r.t_first, now);
+  if (reason == FinishReason::Cancelled) {
+    d.timings.cancel_phase = !admitted                                   ? CancelPhase::Queued
+                             : r.seeded                                  ? CancelPhase::Decode
+                             : r.prompt_len - r.pos > opts.prefill_chunk ? CancelPhase::Prefill
+                                                                         : CancelPhase::Seed;
+    d.timings.cancel_ms = ms_between(cancel_requested_at(r, now), now);
+  }
   if (reason == FinishReason::Cancelled && message.empty()) {
     message = fmt::format("cancelled ({}) after {} tokens", cancel_cause_name(cause), r.n_gen);
   }

@@ -36,6 +36,24 @@
 //   is pushed: once a consumer holds the DoneEvent, stats() and live_kv_bytes() no longer
 //   count it.
 // - Request ids are assigned 1, 2, 3, ... in submit order, per engine.
+// - Prefix cache (EngineOptions::prefix_cache_bytes > 0; engine/prefix_cache.h): at admission a
+//   request takes the longest cached run of full KV blocks that is a prefix of its prompt,
+//   leaving at least one prompt token to compute (the seed), and prefills only the rest;
+//   Usage::cached_tokens says how many. After every forward each sequence's newly full blocks
+//   (prompt and generated tokens alike, so a conversation's next turn finds its history) are
+//   added to the cache. Chunk positions then start at the cached length. Output is
+//   bit-identical with and without a hit (the backend computes each position's KV the same
+//   way whatever the batch), which the engine tests check on every architecture.
+// - Warm state (EngineOptions::warm, engine/warm_cache.h): loaded in the constructor, before
+//   the engine serves; saved when the engine thread ends (after signal_shutdown or at
+//   destruction), once every request has ended. Both bounded by warm.io_budget; a missing,
+//   bad or foreign file is a log line and a cold start, never an error.
+// - n > 1: the n choices are admitted together (they need n sequence slots) and prefilled
+//   once; at the seed the sequence is forked through Backend::fork_sequence, and every choice
+//   samples its first token from the same logits with its own sampler (seed + i) and its own
+//   copy of the TokenConstraint. Pending choices are polled (peeked) when they fork.
+// - logit_bias, then the TokenConstraint's mask, shape a copy of the logits before sampling,
+//   inside the step (after its poll site); log-probabilities describe the shaped logits.
 // - The residual bound is a bound in steps, not in time: its wall time is that of one chunk or
 //   one step of the model in use (a 512-token chunk of a big model on a CPU takes seconds).
 #pragma once
@@ -49,13 +67,15 @@
 
 #include "engine/cancel.h"
 #include "engine/request.h"
+#include "engine/warm_cache.h"
 #include "model/backend.h"
 
 namespace ember::engine {
 
 // Test hooks (DESIGN.md §3). Snapshotted when a request is admitted; may block (a test holds
-// a barrier there); must not call back into the engine's control plane (submit, cancel,
-// signal_shutdown, destruction). Production builds pay one null check per site.
+// a barrier there); must not call back into the engine's control plane (submit, cancel, the
+// warm-state calls, signal_shutdown, destruction). Production builds pay one null check per
+// site.
 struct GenHooks {
   // request id, position of the first token of the chunk (0, 512, 1024, ...)
   std::function<void(uint64_t id, int32_t chunk_pos)> on_before_prefill_chunk;
@@ -70,6 +90,8 @@ struct EngineOptions {
   int32_t prefill_chunk = 512;          // tokens per prefill chunk
   int32_t event_queue_capacity = 1024;  // per request; a consumer this far behind: slow_consumer
   std::vector<int32_t> eog_tokens;      // end-of-generation ids: finish with `stop`
+  int64_t prefix_cache_bytes = 0;       // KV bytes the prefix cache may keep; 0: no cache
+  WarmCacheOptions warm;                // warm state file; needs the prefix cache
 };
 
 // Consumer side of one request's bounded event queue. Thread-safe.
@@ -92,8 +114,11 @@ struct SubmitError {
 };
 
 struct SubmitResult {
-  std::shared_ptr<EventStream> stream;  // set on success
-  std::optional<SubmitError> error;     // set on failure
+  std::shared_ptr<EventStream> stream;  // set on success (choice 0)
+  // Choices 1..n-1 of a request with n > 1, each its own request id and stream ending with its
+  // own DoneEvent. They share the request's CancelToken; cancel(id) stops one choice.
+  std::vector<std::shared_ptr<EventStream>> forks;
+  std::optional<SubmitError> error;  // set on failure
   bool ok() const { return stream != nullptr; }
 };
 
@@ -103,7 +128,20 @@ struct EngineStats {
   uint64_t steps = 0;  // forward passes run so far (liveness: must advance)
   uint64_t tokens_generated = 0;
   uint64_t prompt_tokens = 0;
-  int64_t kv_bytes = 0;  // backend live KV memory
+  int64_t kv_bytes = 0;  // KV memory of live sequences (blocks only the prefix cache holds:
+                         // cache_bytes); 0 when idle
+  // Prefix cache.
+  uint64_t cache_hits = 0;    // admissions that reused at least one block
+  uint64_t cache_misses = 0;  // admissions that could have reused blocks and found none
+  uint64_t cache_evictions = 0;
+  uint64_t cached_tokens = 0;  // prompt tokens served from the cache
+  int64_t cache_blocks = 0;
+  int64_t cache_bytes = 0;
+  // Warm state.
+  int64_t warm_blocks_loaded = 0;
+  double warm_load_seconds = 0;
+  uint64_t warm_bytes_written = 0;  // by saves in this process
+  double warm_save_seconds = 0;     // of the last save
 };
 
 class Engine {
@@ -117,6 +155,11 @@ class Engine {
   void cancel(uint64_t id, CancelCause cause = CancelCause::Client);
   void signal_shutdown();  // idempotent; in-flight requests end `cancelled` (shutdown)
   void set_hooks(GenHooks hooks);
+  // Warm state by hand (the constructor and the thread's end do it when EngineOptions::warm
+  // says so). Runs on the engine thread between steps (inline once the thread has ended);
+  // blocks until done. Never fails the engine: the report says what happened.
+  WarmReport load_warm_state();
+  WarmReport save_warm_state();
   EngineStats stats() const;
   const model::ModelConfig& model_config() const;
   int32_t n_ctx() const;

@@ -34,4 +34,18 @@ std::string_view cancel_cause_name(CancelCause c) {
   return "none";
 }
 
+std::string_view cancel_phase_name(CancelPhase p) {
+  switch (p) {
+    case CancelPhase::Queued:
+      return "queued";
+    case CancelPhase::Prefill:
+      return "prefill";
+    case CancelPhase::Seed:
+      return "seed";
+    case CancelPhase::Decode:
+      return "decode";
+  }
+  return "queued";
+}
+
 }  // namespace ember::engine

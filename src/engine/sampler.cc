@@ -21,6 +21,15 @@ uint64_t rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
 }
 
+// Index of the largest value; ties keep the lower index.
+int32_t argmax(const float* v, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (v[i] > v[best]) best = i;  // strict: ties keep the lower id
+  }
+  return best;
+}
+
 // Orders candidate ids by logit, highest first; ties toward the lower id.
 struct ByLogitDesc {
   const float* v;
@@ -66,6 +75,11 @@ void Sampler::accept(int32_t token) {
   if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) counts_[token]++;
 }
 
+bool Sampler::penalties_active() const {
+  return (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0 && !history_.empty()) ||
+         !counts_.empty();
+}
+
 void Sampler::apply_penalties(std::vector<float>& logits) const {
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0 && !history_.empty()) {
     size_t n = p_.repeat_last_n < 0 ? history_.size()
@@ -88,23 +102,21 @@ void Sampler::apply_penalties(std::vector<float>& logits) const {
 
 TokenChoice Sampler::sample(std::span<const float> logits) {
   EMBER_ASSERT(logits.size() == size_t(n_vocab_));
-  work_.assign(logits.begin(), logits.end());
-  apply_penalties(work_);
   TokenChoice c;
-  c.token = draw(work_);
-  fill_logprobs(logits, c);
+  if (p_.temperature <= 0.f && !penalties_active()) {
+    c.token = argmax(logits.data(), n_vocab_);  // what draw() would pick from an unchanged copy
+  } else {
+    work_.assign(logits.begin(), logits.end());
+    apply_penalties(work_);
+    c.token = draw(work_);
+  }
+  if (p_.logprobs || p_.top_logprobs > 0) fill_logprobs(logits, c);
   return c;
 }
 
 int32_t Sampler::draw(const std::vector<float>& l) {
   const int32_t n = n_vocab_;
-  if (p_.temperature <= 0.f) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; ++i) {
-      if (l[size_t(i)] > l[size_t(best)]) best = i;  // strict: ties keep the lower id
-    }
-    return best;
-  }
+  if (p_.temperature <= 0.f) return argmax(l.data(), n);
   // Candidates sorted by logit, best first. Only the top k need ordering when top-k is on.
   idx_.resize(size_t(n));
   for (int32_t i = 0; i < n; ++i) idx_[size_t(i)] = i;

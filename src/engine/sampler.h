@@ -9,6 +9,9 @@
 //   where count is how often the token occurs in the completion so far (not the prompt).
 // - top-p and min-p act on the distribution before temperature (as llama.cpp does).
 // - Ties break toward the lower token id, so equal inputs always give equal outputs.
+// Greedy without penalties (the common benchmark and tool-call setting) is a plain argmax over
+// the raw logits with no copy, and with SamplingParams::logprobs off no softmax either: the
+// same token as the full pipeline, and TokenChoice::logprob stays 0.
 // Log-probabilities (of the chosen token and the top_logprobs alternatives) are the log-softmax
 // of the model's RAW logits — before penalties, temperature and truncation — so they describe
 // the model, not the sampling settings, and a greedy and a sampled run report the same values
@@ -57,6 +60,7 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
  private:
+  bool penalties_active() const;
   void apply_penalties(std::vector<float>& logits) const;
   int32_t draw(const std::vector<float>& logits);
   void fill_logprobs(std::span<const float> raw, TokenChoice& c) const;

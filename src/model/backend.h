@@ -32,8 +32,9 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float rope_base_local = 10000.f;  // gemma3 sliding-window layers
   int32_t sliding_window = 0;       // gemma3: 0 = none
-  int32_t sliding_pattern = 0;      // gemma3: every n-th layer is global
-  float attn_scale = 0.f;           // 0 = 1/sqrt(head_dim)
+  // gemma3: [n_layer], 1 for a layer that uses the sliding window and rope_base_local
+  std::vector<uint8_t> sliding_layers;
+  float attn_scale = 0.f;  // 0 = 1/sqrt(head_dim)
   bool tied_output = false;
   // Added by the model layer:
   int32_t rope_dim = 0;             // dimensions rotated per head ({arch}.rope.dimension_count)
@@ -43,18 +44,42 @@ struct ModelConfig {
   float final_logit_softcap = 0.f;  // 0 = none; else logits = c * tanh(logits / c)
   // gemma3: true when layer il uses the sliding window and the local rope base.
   bool is_sliding(int32_t il) const {
-    return sliding_window > 0 && sliding_pattern > 0 &&
-           (il % sliding_pattern) < sliding_pattern - 1;
+    return sliding_window > 0 && il >= 0 && static_cast<size_t>(il) < sliding_layers.size() &&
+           sliding_layers[static_cast<size_t>(il)] != 0;
   }
 };
 
+// KV memory comes in fixed-size blocks: one block holds every layer's K and V for
+// KvLayout::block_tokens consecutive positions of one sequence. A block is written only while
+// its sequence fills it; once full it is immutable and may be shared (the prefix cache, other
+// sequences that reuse the prefix, a file of warm state). Shared ownership = reference count.
+class KvBlock {
+ public:
+  virtual ~KvBlock() = default;
+  virtual std::span<const uint8_t> bytes() const = 0;  // KvLayout::block_bytes of KV data
+};
+using KvBlockRef = std::shared_ptr<const KvBlock>;
+
+// What a block's bytes mean. Two backends may exchange blocks only when context_key matches:
+// it covers the model fingerprint (architecture, shapes, types, tokenizer, sampled weight
+// data), the KV dtype and layout and the rope settings, i.e. everything that changes the KV.
+struct KvLayout {
+  int32_t block_tokens = 16;
+  int64_t block_bytes = 0;
+  std::string dtype = "f32";
+  uint64_t model_fingerprint = 0;
+  uint64_t context_key = 0;  // root of the prefix cache's hash chain
+};
+
 // The KV state of one sequence. Created per request and destroyed with it (never reset field
-// by field); its memory is returned when it is destroyed.
+// by field); its memory is returned when it is destroyed (blocks shared elsewhere live on).
 class Sequence {
  public:
   virtual ~Sequence() = default;
   virtual int32_t length() const = 0;    // tokens already in the cache (next position)
   virtual int32_t capacity() const = 0;  // most tokens it can hold
+  // Full block i (i < length() / block_tokens), shared: it is never written again.
+  virtual KvBlockRef block(int32_t i) const = 0;
 };
 
 struct ForwardItem {
@@ -68,19 +93,34 @@ class Backend {
   virtual ~Backend() = default;
   virtual const ModelConfig& config() const = 0;
   virtual int32_t n_ctx() const = 0;  // context size in effect (LoadOptions::n_ctx resolved)
-  // capacity: the most tokens the sequence may hold (<= the context size).
-  virtual std::unique_ptr<Sequence> new_sequence(int32_t capacity) = 0;
+  virtual const KvLayout& kv_layout() const = 0;
+  // capacity: the most tokens the sequence may hold (<= the context size). `prefix`: full
+  // blocks (from this backend or kv_block_from_bytes) that become positions
+  // [0, prefix.size() * block_tokens); the sequence starts at that length and shares them.
+  virtual std::unique_ptr<Sequence> new_sequence(int32_t capacity,
+                                                 std::span<const KvBlockRef> prefix = {}) = 0;
+  // A block from bytes() of a block with the same kv_layout().context_key; Error on a size
+  // mismatch. The caller vouches for the content (checksums, hash chain).
+  virtual Result<KvBlockRef> kv_block_from_bytes(std::span<const uint8_t> bytes) = 0;
+  // A new sequence holding the same KV as `src` (positions [0, src.length())), to continue
+  // independently (n > 1 choices share one prefill): full blocks are shared, the partial last
+  // block is copied. capacity >= src.length().
+  virtual std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) = 0;
   // Runs all items as one batch: decode steps of many sequences and prefill chunks share one
   // pass over the weights. For each item with want_logits, in order, n_vocab floats are
   // written to `logits` (which must hold that many).
   virtual Status forward(std::span<const ForwardItem> items, std::span<float> logits) = 0;
-  // Bytes of KV memory held by live sequences (tests use it to prove nothing leaks).
+  // Bytes of KV memory held by live blocks: sequences' and those shared elsewhere (tests use
+  // it to prove nothing leaks).
   virtual int64_t live_kv_bytes() const = 0;
 };
 
 struct LoadOptions {
   int32_t n_threads = 0;  // 0: all cores
   int32_t n_ctx = 0;      // 0: min(n_ctx_train, 4096)
+  // Copy the weight matrices out of the file mapping into huge-page memory (weights.h); off:
+  // stream them from the mapping (zero-copy, 4 KiB pages).
+  bool huge_page_weights = true;
 };
 
 // Loads weights from the file (kept mapped; zero-copy). Errors: unknown architecture, a

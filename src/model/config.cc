@@ -1,6 +1,7 @@
 // read_config: the hyperparameters of a GGUF model, with llama.cpp's defaults and the
 // architecture rules llama.cpp hard-codes (gemma3's sliding-window pattern and attention scale).
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "model/backend.h"
@@ -18,6 +19,39 @@ Result<int32_t> get_pos_int(const gguf::File& f, const std::string& key) {
 Result<int32_t> get_pos_int_or(const gguf::File& f, const std::string& key, int32_t def) {
   if (!f.find(key)) return def;
   return get_pos_int(f, key);
+}
+
+// Which layers use the sliding window, from {arch}.attention.sliding_window_pattern as
+// llama.cpp reads it: an array of one flag per layer, or a period n (default 6) where layer il
+// is windowed when il % n < n - 1 (every n-th layer is global; n = 0: every layer windowed).
+Result<std::vector<uint8_t>> sliding_layers(const gguf::File& f, const std::string& a,
+                                            int32_t n_layer) {
+  const std::string key = a + "attention.sliding_window_pattern";
+  std::vector<uint8_t> out(static_cast<size_t>(n_layer), 0);
+  const gguf::Value* v = f.find(key);
+  if (v && v->type == gguf::ValueType::ARRAY) {
+    if (v->arr.size() != out.size()) {
+      return fail("{}: {} has {} entries, but the model has {} layers", f.path(), key,
+                  v->arr.size(), n_layer);
+    }
+    for (size_t il = 0; il < out.size(); ++il) {
+      const gguf::Value& e = v->arr[il];
+      if (e.type != gguf::ValueType::BOOL && !e.is_integer()) {
+        return fail("{}: {}[{}] is {}, expected a bool", f.path(), key, il,
+                    gguf::value_type_name(e.type));
+      }
+      out[il] = (e.u != 0 || e.i != 0) ? 1 : 0;
+    }
+    return out;
+  }
+  EMBER_TRY(int64_t period, f.get_int_or(key, 6));
+  if (period < 0 || period > INT32_MAX) {
+    return fail("{}: {} is {}; expected a layer period >= 0", f.path(), key, period);
+  }
+  for (int32_t il = 0; il < n_layer; ++il) {
+    out[static_cast<size_t>(il)] = period == 0 || il % period < period - 1 ? 1 : 0;
+  }
+  return out;
 }
 
 }  // namespace
@@ -81,12 +115,18 @@ Result<ModelConfig> read_config(const gguf::File& f) {
 
   c.rope_neox = c.arch != Arch::Llama;
   if (c.arch == Arch::Gemma3) {
-    // llama.cpp hard-codes these: local layers use base 10000 and no scaling; every 6th layer
-    // is global. The query scale is 1/sqrt(head_dim), except for the 27B model (62 layers),
-    // whose query_pre_attn_scalar is n_embd / n_head.
-    c.rope_base_local = 10000.f;
+    // As llama.cpp reads them: sliding-window layers use rope.freq_base_swa (default 10000)
+    // and no rope scaling; the query scale is 1/sqrt(head_dim), except for the 27B model (62
+    // layers), whose query_pre_attn_scalar is n_embd / n_head.
+    EMBER_TRY(double base_swa, f.get_float_or(a + "rope.freq_base_swa", 10000.0));
+    if (!(base_swa > 0)) {
+      return fail("{}: {}rope.freq_base_swa {} must be positive", f.path(), a, base_swa);
+    }
+    c.rope_base_local = static_cast<float>(base_swa);
     EMBER_TRY(c.sliding_window, get_pos_int_or(f, a + "attention.sliding_window", 0));
-    c.sliding_pattern = c.sliding_window > 0 ? 6 : 0;
+    if (c.sliding_window > 0) {
+      EMBER_TRY(c.sliding_layers, sliding_layers(f, a, c.n_layer));
+    }
     if (c.attn_scale == 0.f) {
       const float d = c.n_layer == 62 ? static_cast<float>(c.n_embd / c.n_head)
                                       : static_cast<float>(c.head_dim);

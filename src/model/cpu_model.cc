@@ -6,48 +6,67 @@
 #include <cstring>
 #include <thread>
 
-#include "model/attention.h"
+#include "model/fingerprint.h"
 #include "model/ops.h"
+#include "tensor/activation.h"
+#include "tensor/attention.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 
 namespace ember::model {
 
-// ---- CpuSequence ----
+// ---- KV blocks and sequences ----
 
-CpuSequence::CpuSequence(const void* owner, int32_t n_layer, int32_t kv_dim, int32_t capacity,
+namespace {
+constexpr int32_t kBlockTokens = 16;  // positions per KV block (the prefix cache's granularity)
+}  // namespace
+
+CpuKvBlock::CpuKvBlock(int32_t n_layer, int32_t block_tokens, int32_t kv_dim,
+                       std::shared_ptr<std::atomic<int64_t>> live_bytes)
+    : block_tokens_(block_tokens),
+      kv_dim_(kv_dim),
+      n_floats_(size_t{2} * static_cast<size_t>(n_layer) * static_cast<size_t>(block_tokens) *
+                static_cast<size_t>(kv_dim)),
+      data_(std::make_unique_for_overwrite<float[]>(n_floats_)),
+      live_bytes_(std::move(live_bytes)) {
+  live_bytes_->fetch_add(static_cast<int64_t>(n_floats_ * sizeof(float)));
+}
+
+CpuKvBlock::~CpuKvBlock() {
+  live_bytes_->fetch_sub(static_cast<int64_t>(n_floats_ * sizeof(float)));
+}
+
+CpuSequence::CpuSequence(const void* owner, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
+                         int32_t capacity, std::span<const KvBlockRef> prefix,
                          std::shared_ptr<std::atomic<int64_t>> live_bytes)
     : owner_(owner),
       n_layer_(n_layer),
       kv_dim_(kv_dim),
+      block_tokens_(block_tokens),
       capacity_(capacity),
-      k_(n_layer),
-      v_(n_layer),
-      live_bytes_(std::move(live_bytes)) {}
+      live_bytes_(std::move(live_bytes)) {
+  EMBER_ASSERT(static_cast<int64_t>(prefix.size()) * block_tokens <= capacity);
+  blocks_.reserve(static_cast<size_t>((capacity + block_tokens - 1) / block_tokens));
+  for (const KvBlockRef& b : prefix) {
+    auto cpu = std::dynamic_pointer_cast<const CpuKvBlock>(b);
+    EMBER_ASSERT(cpu != nullptr && cpu->bytes().size() ==
+                                       size_t{2} * n_layer * block_tokens * kv_dim * sizeof(float));
+    blocks_.push_back(std::const_pointer_cast<CpuKvBlock>(std::move(cpu)));
+  }
+  shared_ = static_cast<int32_t>(prefix.size());
+  length_ = shared_ * block_tokens;
+}
 
-CpuSequence::~CpuSequence() {
-  live_bytes_->fetch_sub(int64_t{2} * n_layer_ * alloc_ * kv_dim_ * int64_t{sizeof(float)});
+KvBlockRef CpuSequence::block(int32_t i) const {
+  EMBER_ASSERT(i >= 0 && (i + 1) * block_tokens_ <= length_);
+  return blocks_[static_cast<size_t>(i)];
 }
 
 void CpuSequence::reserve(int32_t n) {
   EMBER_ASSERT(n <= capacity_);
-  if (n <= alloc_) return;
-  // Grow geometrically in 256-token chunks: amortized copies, little waste for short requests.
-  constexpr int32_t kChunk = 256;
-  int64_t want = std::max<int64_t>(n, int64_t{alloc_} * 2);
-  want = (want + kChunk - 1) / kChunk * kChunk;
-  const int32_t next = static_cast<int32_t>(std::min<int64_t>(want, capacity_));
-  const size_t row = static_cast<size_t>(kv_dim_);
-  for (int32_t il = 0; il < n_layer_; ++il) {
-    for (auto* buf : {&k_[il], &v_[il]}) {
-      auto fresh = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(next) * row);
-      if (length_ > 0) std::memcpy(fresh.get(), buf->get(), length_ * row * sizeof(float));
-      *buf = std::move(fresh);
-    }
+  while (allocated() < n) {
+    blocks_.push_back(std::make_shared<CpuKvBlock>(n_layer_, block_tokens_, kv_dim_, live_bytes_));
   }
-  live_bytes_->fetch_add(int64_t{2} * n_layer_ * (next - alloc_) * kv_dim_ *
-                         int64_t{sizeof(float)});
-  alloc_ = next;
 }
 
 // ---- CpuBackend ----
@@ -61,11 +80,55 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, 
       q_dim_(cfg_.n_head * cfg_.head_dim),
       kv_dim_(cfg_.n_head_kv * cfg_.head_dim),
       pool_(n_threads),
-      live_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {}
+      live_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {
+  layout_.block_tokens = kBlockTokens;
+  layout_.block_bytes = int64_t{2} * cfg_.n_layer * kBlockTokens * kv_dim_ * int64_t{sizeof(float)};
+  layout_.dtype = "f32";
+  layout_.model_fingerprint = model_fingerprint(*file_, cfg_);
+  layout_.context_key = kv_context_key(layout_, cfg_);
+}
 
-std::unique_ptr<Sequence> CpuBackend::new_sequence(int32_t capacity) {
+std::unique_ptr<Sequence> CpuBackend::new_sequence(int32_t capacity,
+                                                   std::span<const KvBlockRef> prefix) {
   EMBER_ASSERT(capacity > 0 && capacity <= n_ctx_);
-  return std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, capacity, live_bytes_);
+  return std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, kBlockTokens, capacity, prefix,
+                                       live_bytes_);
+}
+
+Result<KvBlockRef> CpuBackend::kv_block_from_bytes(std::span<const uint8_t> bytes) {
+  if (static_cast<int64_t>(bytes.size()) != layout_.block_bytes) {
+    return fail("KV block has {} bytes; this model's blocks have {}", bytes.size(),
+                layout_.block_bytes);
+  }
+  auto b = std::make_shared<CpuKvBlock>(cfg_.n_layer, kBlockTokens, kv_dim_, live_bytes_);
+  std::memcpy(b->data(), bytes.data(), bytes.size());
+  return KvBlockRef(std::move(b));
+}
+
+std::unique_ptr<Sequence> CpuBackend::fork_sequence(const Sequence& src, int32_t capacity) {
+  const auto& from = static_cast<const CpuSequence&>(src);
+  EMBER_ASSERT(from.owner() == this && capacity >= from.length() && capacity <= n_ctx_);
+  // Full blocks never change again: the fork shares them. The partial last block is copied.
+  const int32_t full = from.length() / kBlockTokens;
+  std::vector<KvBlockRef> prefix;
+  prefix.reserve(static_cast<size_t>(full));
+  for (int32_t b = 0; b < full; ++b) prefix.push_back(from.block(b));
+  auto seq = std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, kBlockTokens, capacity,
+                                           prefix, live_bytes_);
+  const int32_t tail = from.length() - full * kBlockTokens;
+  if (tail > 0) {
+    seq->reserve(from.length());
+    const CpuKvBlock* last = from.block_at(full);
+    const size_t row = static_cast<size_t>(kv_dim_) * sizeof(float);
+    for (int32_t il = 0; il < cfg_.n_layer; ++il) {
+      for (int32_t t = 0; t < tail; ++t) {
+        std::memcpy(seq->k_slot(il, full * kBlockTokens + t), last->k(il, t), row);
+        std::memcpy(seq->v_slot(il, full * kBlockTokens + t), last->v(il, t), row);
+      }
+    }
+    seq->advance(tail);
+  }
+  return seq;
 }
 
 Status CpuBackend::check(std::span<const ForwardItem> items, size_t n_logits) const {
@@ -213,8 +276,8 @@ void CpuBackend::layer(int32_t il) {
       ops::rope_head(k, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
     }
     CpuSequence* seq = seqs_[tok_item_[t]];  // each token writes its own cache position
-    std::memcpy(seq->k(il, tok_pos_[t]), &k_[t * kv_dim_], kv_dim_ * sizeof(float));
-    std::memcpy(seq->v(il, tok_pos_[t]), &v_[t * kv_dim_], kv_dim_ * sizeof(float));
+    std::memcpy(seq->k_slot(il, tok_pos_[t]), &k_[t * kv_dim_], kv_dim_ * sizeof(float));
+    std::memcpy(seq->v_slot(il, tok_pos_[t]), &v_[t * kv_dim_], kv_dim_ * sizeof(float));
   });
 
   attention(il);
@@ -231,7 +294,7 @@ void CpuBackend::layer(int32_t il) {
   tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
   const int64_t F = cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
-    per_token([&](int64_t t) { ops::gelu_mul(&gate_[t * F], &up_[t * F], F); });
+    per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });
   } else {
     per_token([&](int64_t t) {
       for (int64_t i = t * F; i < (t + 1) * F; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
@@ -248,7 +311,10 @@ void CpuBackend::layer(int32_t il) {
 
 // Causal attention of every token over its own sequence's cache, which already holds this
 // chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
-// share the keys, the values and the causal range, so they run together (ops::attend_group).
+// share the keys, the values and the causal range, so they run together
+// (tensor::attend_group_segments). The range [lo, pos] is read block by block as segments; a
+// sliding window is a mask on the range (every block keeps full history), so reused blocks are
+// read exactly as fresh ones.
 void CpuBackend::attention(int32_t il) {
   const int32_t hd = cfg_.head_dim;
   const int32_t group = cfg_.n_head / cfg_.n_head_kv;
@@ -257,20 +323,30 @@ void CpuBackend::attention(int32_t il) {
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
   pool_.parallel_for(n_tok_ * cfg_.n_head_kv, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
+    thread_local std::vector<tensor::KvSegment> segs;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / cfg_.n_head_kv;
       const int32_t kvh = static_cast<int32_t>(task % cfg_.n_head_kv);
-      CpuSequence* seq = seqs_[tok_item_[t]];
+      const CpuSequence* seq = seqs_[tok_item_[t]];
       const int32_t pos = tok_pos_[t];
       // llama.cpp's standard sliding window: key p is visible from pos when pos - p < window.
       const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
       const int32_t n = pos - lo + 1;
       const size_t need = static_cast<size_t>(n) * static_cast<size_t>(group);
       if (scores.size() < need) scores.resize(need);
+      const int32_t B = seq->block_tokens();
+      segs.clear();
+      for (int32_t p = lo; p <= pos;) {
+        const int32_t slot = p % B;
+        const int32_t m = std::min(B - slot, pos - p + 1);
+        const CpuKvBlock* blk = seq->block_at(p / B);
+        segs.push_back({blk->k(il, slot) + kvh * hd, blk->v(il, slot) + kvh * hd, m});
+        p += m;
+      }
       const int64_t h0 = int64_t{kvh} * group * hd;
-      ops::attend_group(&q_[t * q_dim_ + h0], hd, group, seq->k(il, lo) + kvh * hd,
-                        seq->v(il, lo) + kvh * hd, kv_dim_, n, hd, scale, scores.data(),
-                        &attn_[t * q_dim_ + h0], hd);
+      tensor::attend_group_segments(&q_[t * q_dim_ + h0], hd, group, segs.data(),
+                                    static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
+                                    scores.data(), &attn_[t * q_dim_ + h0], hd);
     }
   });
 }
@@ -302,6 +378,7 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_ASSERT(file != nullptr);
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
+  if (opts.huge_page_weights) copy_matrices_to_arena(&w);  // else, or if it fails: the mapping
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);

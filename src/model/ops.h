@@ -1,5 +1,6 @@
-// Element-wise pieces of the forward pass (norms, activations, rotary embeddings). Plain loops
-// the compiler vectorizes; the matmuls, not these, dominate a step.
+// Element-wise pieces of the forward pass (norms, SiLU, rotary embeddings). Plain loops the
+// compiler vectorizes; the matmuls, not these, dominate a step. The GELU and attention kernels
+// live in tensor/ (activation.h, attention.h) with the other SIMD kernels.
 #pragma once
 
 #include <cmath>
@@ -18,39 +19,6 @@ inline void rms_norm(const float* x, const float* w, float* out, int64_t n, floa
 inline float silu(float x) {
   return x / (1.f + std::exp(-x));
 }
-
-// GELU, tanh approximation (Gemma's gelu_pytorch_tanh), written as x * sigmoid(2u) since
-// 0.5 * (1 + tanh(u)) == sigmoid(2u): one expf instead of a (slower) tanhf.
-inline float gelu_tanh(float x) {
-  constexpr float kTwoSqrt2OverPi = 2.f * 0.7978845608028654f;
-  return x / (1.f + std::exp(-kTwoSqrt2OverPi * x * (1.f + 0.044715f * x * x)));
-}
-
-// GELU as llama.cpp's CPU backend computes it: the input rounded to half precision indexes a
-// 65536-entry table of half-precision results (inputs beyond +-10 pass through or give 0).
-// Matching the reference's rounding matters on small quantized models, where a difference in
-// the last bits of one activation can flip an 8-bit activation quantization downstream; it
-// is also faster than evaluating expf per element.
-class GeluTable {
- public:
-  GeluTable();
-  float operator()(float x) const {
-    if (x <= -10.f) return 0.f;
-    if (x >= 10.f) return x;
-    return table_[half_bits(x)];
-  }
-  // The 65536 results, indexed by the input's half-precision bits.
-  const float* data() const { return table_; }
-
- private:
-  static uint16_t half_bits(float x);
-  float table_[65536];
-};
-const GeluTable& gelu_table();
-
-// gate[i] = gelu_table()(gate[i]) * up[i] for i < n: the same values, eight at a time (F16C
-// conversion + a gather) where the CPU has AVX2.
-void gelu_mul(float* gate, const float* up, int64_t n);
 
 // Rotates one head in place. cs/sn: [rope_dim / 2] cos and sin of each pair's angle.
 // neox: pairs are (i, i + rope_dim/2); otherwise (2i, 2i+1). Dimensions past rope_dim stay.

@@ -125,4 +125,48 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
   return w;
 }
 
+namespace {
+
+template <class F>
+void for_each_matrix(Weights* w, F&& f) {
+  f(w->token_embd);
+  f(w->output);
+  for (auto& l : w->layers) {
+    for (tensor::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*m);
+  }
+}
+
+size_t matrix_bytes(const tensor::Matrix& m) {
+  return tensor::row_bytes(m.type, m.cols) * static_cast<size_t>(m.rows);
+}
+
+}  // namespace
+
+bool copy_matrices_to_arena(Weights* w) {
+  size_t total = 0;
+  const void* tied = w->output.data == w->token_embd.data ? w->output.data : nullptr;
+  for_each_matrix(w, [&](const tensor::Matrix& m) {
+    if (m.data != nullptr && !(m.data == tied && &m == &w->output)) total += matrix_bytes(m) + 64;
+  });
+  auto arena = tensor::WeightArena::create(total);
+  if (!arena) return false;
+  std::vector<std::pair<const void*, const void*>> moved;  // original -> copy
+  for_each_matrix(w, [&](tensor::Matrix& m) {
+    if (m.data == nullptr) return;
+    for (const auto& [from, to] : moved) {
+      if (from == m.data) {
+        m.data = to;
+        return;
+      }
+    }
+    const size_t n = matrix_bytes(m);
+    const uint8_t* copy = arena->add(m.data, n, /*release_source=*/true);
+    EMBER_ASSERT(copy != nullptr);  // sized above
+    moved.emplace_back(m.data, copy);
+    m.data = copy;
+  });
+  w->arena = std::move(arena);
+  return true;
+}
+
 }  // namespace ember::model

@@ -1,14 +1,17 @@
 // Weight binding: finds every tensor an architecture needs in a mapped GGUF file and checks its
-// shape and type, so the forward pass can trust what it reads. Matrices stay in the mapping
-// (zero-copy); the File must outlive the Weights.
+// shape and type, so the forward pass can trust what it reads. Bound weights point into the
+// mapping (the File must outlive the Weights); copy_matrices_to_arena then moves the matrices
+// into huge-page memory the Weights own (tensor/weight_arena.h), leaving the norms mapped.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "base/result.h"
 #include "gguf/reader.h"
 #include "model/backend.h"
 #include "tensor/matmul.h"
+#include "tensor/weight_arena.h"
 
 namespace ember::model {
 
@@ -29,15 +32,21 @@ struct LayerWeights {
 };
 
 struct Weights {
-  tensor::Matrix token_embd;           // [n_vocab][n_embd]
-  const float* output_norm = nullptr;  // [n_embd]
-  tensor::Matrix output;               // [n_vocab][n_embd] (token_embd when tied)
-  const float* rope_freqs = nullptr;   // [rope_dim / 2] llama3 frequency factors, or null
-  std::vector<LayerWeights> layers;    // [n_layer]
+  tensor::Matrix token_embd;                   // [n_vocab][n_embd]
+  const float* output_norm = nullptr;          // [n_embd]
+  tensor::Matrix output;                       // [n_vocab][n_embd] (token_embd when tied)
+  const float* rope_freqs = nullptr;           // [rope_dim / 2] llama3 frequency factors, or null
+  std::vector<LayerWeights> layers;            // [n_layer]
+  std::shared_ptr<tensor::WeightArena> arena;  // holds the matrices once copied; else null
 };
 
 // Errors name the file and the tensor: missing, wrong shape (expected vs actual), or a type
 // the kernels do not support.
 Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c);
+
+// Copies every matrix (a tied output once) into one WeightArena owned by w, points the Weights
+// at the copies and releases the mapped pages of the originals. The values are unchanged, so
+// results are bit-identical. False, and w untouched, when the arena cannot be mapped.
+bool copy_matrices_to_arena(Weights* w);
 
 }  // namespace ember::model

@@ -43,23 +43,36 @@ void Histogram::observe(double v) {
   count_++;
 }
 
-void Histogram::render(std::string& out, std::string_view name) const {
+void Histogram::render(std::string& out, std::string_view name, std::string_view labels) const {
+  const std::string pre = labels.empty() ? std::string() : fmt::format("{},", labels);
+  const std::string own = labels.empty() ? std::string() : fmt::format("{{{}}}", labels);
   uint64_t cum = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cum += counts_[i];
-    fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"{}\"}} {}\n", name,
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{{}le=\"{}\"}} {}\n", name, pre,
                    fmt_double(bounds_[i]), cum);
   }
   cum += counts_.back();
-  fmt::format_to(std::back_inserter(out), "{}_bucket{{le=\"+Inf\"}} {}\n", name, cum);
-  fmt::format_to(std::back_inserter(out), "{}_sum {}\n{}_count {}\n", name, fmt_double(sum_), name,
-                 count_);
+  fmt::format_to(std::back_inserter(out), "{}_bucket{{{}le=\"+Inf\"}} {}\n", name, pre, cum);
+  fmt::format_to(std::back_inserter(out), "{}_sum{} {}\n{}_count{} {}\n", name, own,
+                 fmt_double(sum_), name, own, count_);
 }
 
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
-      duration_({0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
+      duration_({0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {
+  for (const char* phase : {"queued", "prefill", "seed", "decode"}) {
+    cancel_latency_.emplace(
+        phase, Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}));
+  }
+}
+
+void Metrics::observe_cancel_latency(std::string_view phase, double seconds) {
+  std::lock_guard lock(mu_);
+  auto it = cancel_latency_.find(phase);
+  if (it != cancel_latency_.end()) it->second.observe(seconds);
+}
 
 void Metrics::count_request(std::string_view route, int status) {
   std::lock_guard lock(mu_);
@@ -137,6 +150,13 @@ std::string Metrics::render(const MetricsSnapshot& snap) const {
     }
     fmt::format_to(it, "ember_cancellations_total{{cause=\"{}\"}} {}\n", escape_label(cause), n);
   }
+  header(out, "ember_cancel_latency_seconds", "histogram",
+         "Time from a cancel to the engine releasing the request, by the request's phase.");
+  for (const auto& [phase, h] : cancel_latency_) {
+    h.render(out, "ember_cancel_latency_seconds", fmt::format("phase=\"{}\"", phase));
+  }
+  header(out, "ember_kv_bytes", "gauge", "KV cache memory held by live sequences, in bytes.");
+  fmt::format_to(it, "ember_kv_bytes {}\n", snap.kv_bytes);
   header(out, "ember_queue_depth", "gauge", "Requests waiting for admission by the engine.");
   fmt::format_to(it, "ember_queue_depth {}\n", snap.queue_depth);
   header(out, "ember_active_sequences", "gauge", "Sequences the engine is prefilling or decoding.");
@@ -149,6 +169,29 @@ std::string Metrics::render(const MetricsSnapshot& snap) const {
   fmt::format_to(it, "ember_draining {}\n", snap.draining ? 1 : 0);
   header(out, "ember_ready", "gauge", "1 when the server accepts completions.");
   fmt::format_to(it, "ember_ready {}\n", snap.ready ? 1 : 0);
+  auto one = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+    header(out, name, type, help);
+    fmt::format_to(it, "{} {}\n", name, value);
+  };
+  one("ember_prefix_cache_hits_total", "counter",
+      "Requests that reused at least one cached KV block.", snap.cache_hits);
+  one("ember_prefix_cache_misses_total", "counter",
+      "Requests that could have reused KV blocks and found none.", snap.cache_misses);
+  one("ember_prefix_cache_evictions_total", "counter",
+      "KV blocks dropped from the prefix cache for its byte budget.", snap.cache_evictions);
+  one("ember_prefix_cache_cached_tokens_total", "counter",
+      "Prompt tokens served from the prefix cache instead of prefilled.", snap.cached_tokens);
+  one("ember_prefix_cache_blocks", "gauge", "KV blocks held by the prefix cache.",
+      snap.cache_blocks);
+  one("ember_prefix_cache_bytes", "gauge", "KV bytes held by the prefix cache.", snap.cache_bytes);
+  one("ember_warm_cache_blocks_loaded", "gauge",
+      "KV blocks loaded from the warm-state file at start.", snap.warm_blocks_loaded);
+  one("ember_warm_cache_load_seconds", "gauge", "Time spent loading the warm-state file at start.",
+      fmt_double(snap.warm_load_seconds));
+  one("ember_warm_cache_bytes_written_total", "counter",
+      "Bytes of warm-state files written by this process.", snap.warm_bytes_written);
+  one("ember_warm_cache_save_seconds", "gauge", "Time the last warm-state save took.",
+      fmt_double(snap.warm_save_seconds));
   return out;
 }
 

@@ -5,9 +5,17 @@
 //   ember_time_to_first_token_seconds, ember_inter_token_latency_seconds   histograms
 //   ember_request_duration_seconds               histogram
 //   ember_cancellations_total{cause}             counter (client, deadline, shutdown, ...)
+//   ember_cancel_latency_seconds{phase}          histogram: cancel -> engine released the
+//                                                request (phase: queued, prefill, seed, decode)
+//   ember_kv_bytes                               gauge: KV memory of live sequences
 //   ember_queue_depth, ember_active_sequences, ember_in_flight_requests   gauges
 //   ember_engine_steps_total                     counter
 //   ember_draining, ember_ready                  gauges (0/1)
+//   ember_prefix_cache_{hits,misses,evictions}_total, ember_prefix_cache_cached_tokens_total
+//                                                counters; ember_prefix_cache_{blocks,bytes} gauges
+//   ember_warm_cache_blocks_loaded, ember_warm_cache_load_seconds, ember_warm_cache_save_seconds
+//                                                gauges; ember_warm_cache_bytes_written_total
+//                                                counter
 #pragma once
 
 #include <cstdint>
@@ -24,8 +32,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);  // upper bounds, increasing; +Inf implied
   void observe(double v);
-  // Appends `name_bucket{le=...}`, `name_sum`, `name_count` lines.
-  void render(std::string& out, std::string_view name) const;
+  // Appends `name_bucket{le=...}`, `name_sum`, `name_count` lines; `labels` (e.g.
+  // `phase="decode"`) go before `le` and on the sum and count.
+  void render(std::string& out, std::string_view name, std::string_view labels = {}) const;
 
  private:
   std::vector<double> bounds_;
@@ -39,9 +48,16 @@ struct MetricsSnapshot {
   int64_t queue_depth = 0;
   int64_t active_sequences = 0;
   int64_t in_flight_requests = 0;
+  int64_t kv_bytes = 0;
   uint64_t engine_steps = 0;
   bool draining = false;
   bool ready = false;
+  // Prefix cache and warm state (engine::EngineStats).
+  uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0, cached_tokens = 0;
+  int64_t cache_blocks = 0, cache_bytes = 0;
+  int64_t warm_blocks_loaded = 0;
+  uint64_t warm_bytes_written = 0;
+  double warm_load_seconds = 0, warm_save_seconds = 0;
 };
 
 class Metrics {
@@ -54,6 +70,8 @@ class Metrics {
   void observe_inter_token(double seconds);
   void observe_request_duration(double seconds);
   void count_cancellation(std::string_view cause);
+  // phase: "queued", "prefill", "seed" or "decode"
+  void observe_cancel_latency(std::string_view phase, double seconds);
 
   uint64_t cancellations(std::string_view cause) const;
   uint64_t generated_tokens() const;
@@ -69,6 +87,7 @@ class Metrics {
   Histogram ttft_;
   Histogram itl_;
   Histogram duration_;
+  std::map<std::string, Histogram, std::less<>> cancel_latency_;  // by phase, all four always
 };
 
 // Escapes a label value per the exposition format (backslash, quote, newline).

@@ -2,12 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 namespace ember::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError bad(std::string param, std::string message) {
   return ApiError{ErrorKind::InvalidRequest, std::move(message), std::move(param)};
@@ -82,6 +83,41 @@ std::optional<ApiError> read_content(const json& v, size_t index, std::string* o
                                 type_name(v)));
 }
 
+// An assistant message's tool_calls (or legacy function_call), replayed in the history.
+std::optional<ApiError> read_tool_calls(const json& m, size_t i, Message* msg) {
+  std::string param = fmt::format("messages[{}].tool_calls", i);
+  std::vector<json> calls;
+  if (auto fc = m.find("function_call"); fc != m.end() && !fc->is_null()) {
+    calls.push_back({{"id", fmt::format("call_{}", i)}, {"type", "function"}, {"function", *fc}});
+    param = fmt::format("messages[{}].function_call", i);
+  }
+  if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+    if (!tc->is_array()) return bad(param, fmt::format("'{}' must be an array", param));
+    for (const json& c : *tc) calls.push_back(c);
+  }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& c = calls[k];
+    auto fn = c.is_object() ? c.find("function") : c.end();
+    if (!c.is_object() || fn == c.end() || !fn->is_object() || !fn->contains("name") ||
+        !(*fn)["name"].is_string()) {
+      return bad(param, fmt::format("'{}[{}]' must be an object with function.name", param, k));
+    }
+    ToolCallIn call;
+    call.id = c.value("id", fmt::format("call_{}_{}", i, k));
+    call.name = (*fn)["name"].get<std::string>();
+    auto args = fn->find("arguments");
+    if (args == fn->end() || args->is_null()) {
+      call.arguments = "{}";
+    } else if (args->is_string()) {
+      call.arguments = args->get<std::string>();
+    } else {
+      call.arguments = args->dump();
+    }
+    msg->tool_calls.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_messages(const json& body, std::vector<Message>* out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return bad("messages", "'messages' is required");
@@ -103,19 +139,31 @@ std::optional<ApiError> read_messages(const json& body, std::vector<Message>* ou
     }
     msg.role = role->get<std::string>();
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
-        msg.role != "developer" && msg.role != "tool") {
+        msg.role != "developer" && msg.role != "tool" && msg.role != "function") {
       return bad(fmt::format("messages[{}].role", i),
-                 fmt::format("'messages[{}].role' is '{}'; expected system, developer, user or "
-                             "assistant",
+                 fmt::format("'messages[{}].role' is '{}'; expected system, developer, user, "
+                             "assistant or tool",
                              i, msg.role));
     }
     if (msg.role == "developer") msg.role = "system";
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-      return ApiError{ErrorKind::Unsupported, "'tool_calls' in messages is not supported yet",
-                      fmt::format("messages[{}].tool_calls", i)};
+    if (msg.role == "function") msg.role = "tool";  // legacy function results
+    if (msg.role == "assistant") {
+      if (auto e = read_tool_calls(m, i, &msg)) return e;
+    }
+    if (msg.role == "tool") {
+      if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string()) {
+        msg.tool_call_id = id->get<std::string>();
+      }
+      if (auto name = m.find("name"); name != m.end() && name->is_string()) {
+        msg.name = name->get<std::string>();
+      }
     }
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
+      if (!msg.tool_calls.empty()) {  // an assistant turn that only called tools
+        out->push_back(std::move(msg));
+        continue;
+      }
       return bad(fmt::format("messages[{}].content", i),
                  fmt::format("'messages[{}].content' is required", i));
     }
@@ -125,23 +173,53 @@ std::optional<ApiError> read_messages(const json& body, std::vector<Message>* ou
   return std::nullopt;
 }
 
-std::optional<ApiError> read_prompt(const json& body, std::string* out) {
+// A prompt is a string, an array of strings, an array of token ids, or an array of such arrays.
+std::optional<ApiError> read_prompt(const json& body, std::vector<Prompt>* out) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return bad("prompt", "'prompt' is required");
+  auto tokens = [](const json& a, Prompt* p) -> std::optional<ApiError> {
+    p->is_tokens = true;
+    for (const json& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        return bad("prompt", "'prompt' token ids must be non-negative integers");
+      }
+      p->tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return std::nullopt;
+  };
   if (it->is_string()) {
-    *out = it->get<std::string>();
+    out->push_back({it->get<std::string>(), {}, false});
     return std::nullopt;
   }
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-    *out = (*it)[0].get<std::string>();
+  if (!it->is_array()) {
+    return bad("prompt", fmt::format("'prompt' must be a string, an array of strings or of token "
+                                     "ids, got {}",
+                                     type_name(*it)));
+  }
+  if (it->empty()) return bad("prompt", "'prompt' must not be an empty array");
+  if ((*it)[0].is_number()) {
+    Prompt p;
+    if (auto e = tokens(*it, &p)) return e;
+    out->push_back(std::move(p));
     return std::nullopt;
   }
-  if (it->is_array()) {
-    return ApiError{ErrorKind::Unsupported,
-                    "'prompt' as an array of several prompts or of token ids is not supported yet",
-                    "prompt"};
+  const bool strings = (*it)[0].is_string();
+  for (const json& v : *it) {
+    Prompt p;
+    if (v.is_string() != strings) {
+      return bad("prompt", "'prompt' arrays must hold only strings or only token-id arrays");
+    }
+    if (v.is_string()) {
+      p.text = v.get<std::string>();
+    } else if (v.is_array() && !v.empty()) {
+      if (auto e = tokens(v, &p)) return e;
+    } else {
+      return bad("prompt", "'prompt' arrays must hold only strings or only token-id arrays");
+    }
+    out->push_back(std::move(p));
   }
-  return bad("prompt", fmt::format("'prompt' must be a string, got {}", type_name(*it)));
+  if (out->size() > 64) return bad("prompt", "'prompt' may hold at most 64 prompts");
+  return std::nullopt;
 }
 
 std::optional<ApiError> read_stop(const json& body, std::vector<std::string>* out) {
@@ -168,46 +246,159 @@ std::optional<ApiError> reject_unsupported(const json& body) {
     auto it = body.find(key);
     return it != body.end() && !it->is_null();
   };
-  if (present("n")) {
-    auto it = body.find("n");
-    if (!it->is_number_integer()) {
-      return bad("n", fmt::format("'n' must be an integer, got {}", type_name(*it)));
-    }
-    if (it->get<int64_t>() != 1) {
-      return ApiError{ErrorKind::Unsupported, "'n' other than 1 is not supported yet", "n"};
-    }
-  }
-  for (const char* key : {"tools", "functions", "tool_choice", "function_call"}) {
-    if (present(key)) {
-      const json& v = body[key];
-      bool empty = (v.is_array() && v.empty()) || (v.is_string() && v == "none");
-      if (!empty) {
-        return ApiError{ErrorKind::Unsupported, fmt::format("'{}' is not supported yet", key), key};
-      }
-    }
-  }
-  if (present("response_format")) {
-    const json& v = body["response_format"];
-    if (!v.is_object() || v.value("type", "text") != "text") {
-      return ApiError{ErrorKind::Unsupported,
-                      "'response_format' other than {\"type\": \"text\"} is not supported yet",
-                      "response_format"};
-    }
-  }
   if (present("best_of")) {
     auto it = body.find("best_of");
     if (!it->is_number_integer() || it->get<int64_t>() != 1) {
-      return ApiError{ErrorKind::Unsupported, "'best_of' other than 1 is not supported yet",
-                      "best_of"};
+      return ApiError{ErrorKind::Unsupported, "'best_of' other than 1 is not supported", "best_of"};
     }
   }
   if (present("suffix")) {
-    return ApiError{ErrorKind::Unsupported, "'suffix' is not supported yet", "suffix"};
-  }
-  if (present("logit_bias") && body["logit_bias"].is_object() && !body["logit_bias"].empty()) {
-    return ApiError{ErrorKind::Unsupported, "'logit_bias' is not supported yet", "logit_bias"};
+    return ApiError{ErrorKind::Unsupported, "'suffix' is not supported", "suffix"};
   }
   return std::nullopt;
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}.
+std::optional<ApiError> read_logit_bias(const json& body, engine::SamplingParams* s) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return bad("logit_bias", "'logit_bias' must be an object");
+  if (it->size() > 1024) return bad("logit_bias", "'logit_bias' may hold at most 1024 tokens");
+  for (auto e = it->begin(); e != it->end(); ++e) {
+    char* end = nullptr;
+    long long id = std::strtoll(e.key().c_str(), &end, 10);
+    if (e.key().empty() || *end != '\0' || id < 0 || id > INT32_MAX) {
+      return bad("logit_bias",
+                 fmt::format("'logit_bias' keys must be token ids, got '{}'", e.key()));
+    }
+    if (!e->is_number() || e->get<double>() < -100 || e->get<double>() > 100) {
+      return bad("logit_bias",
+                 fmt::format("'logit_bias' values must be numbers in [-100, 100] (token {})", id));
+    }
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), e->get<float>());
+  }
+  return std::nullopt;
+}
+
+// A function definition ({name, description?, parameters?}), from `tools` or `functions`.
+std::optional<ApiError> check_function(const json& f, const std::string& param) {
+  if (!f.is_object() || !f.contains("name") || !f["name"].is_string() ||
+      f["name"].get<std::string>().empty()) {
+    return bad(param, fmt::format("'{}' must be an object with a non-empty 'name'", param));
+  }
+  if (auto p = f.find("parameters"); p != f.end() && !p->is_null() && !p->is_object()) {
+    return bad(param, fmt::format("'{}.parameters' must be a JSON schema object", param));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_tools(const json& body, CompletionRequest* r) {
+  auto get = [&](const char* key) -> const json* {
+    auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  const json* tools = get("tools");
+  const json* functions = get("functions");
+  json normalized = json::array();
+  if (tools) {
+    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      std::string param = fmt::format("tools[{}]", i);
+      if (!t.is_object() || t.value("type", "function") != "function") {
+        return ApiError{ErrorKind::Unsupported,
+                        fmt::format("'{}': only tools of type 'function' are supported", param),
+                        param};
+      }
+      if (auto e = check_function(t.value("function", json()), param + ".function")) return e;
+      normalized.push_back({{"type", "function"}, {"function", t["function"]}});
+    }
+  } else if (functions) {
+    if (!functions->is_array()) return bad("functions", "'functions' must be an array");
+    for (size_t i = 0; i < functions->size(); ++i) {
+      const json& f = (*functions)[i];
+      if (auto e = check_function(f, fmt::format("functions[{}]", i))) return e;
+      normalized.push_back({{"type", "function"}, {"function", f}});
+    }
+    r->legacy_functions = true;
+  }
+  if (!normalized.empty()) r->tools = std::move(normalized);
+  const char* choice_key = get("tool_choice") ? "tool_choice" : "function_call";
+  const json* choice = get(choice_key);
+  if (!choice) return std::nullopt;
+  if (choice->is_string()) {
+    std::string c = choice->get<std::string>();
+    if (c == "none") {
+      r->tool_choice = ToolChoice::None;
+    } else if (c == "auto") {
+      r->tool_choice = ToolChoice::Auto;
+    } else if (c == "required" && std::string_view(choice_key) == "tool_choice") {
+      r->tool_choice = ToolChoice::Required;
+    } else {
+      return bad(choice_key, fmt::format("'{}' must be none, auto, required or a named function, "
+                                         "got '{}'",
+                                         choice_key, c));
+    }
+  } else if (choice->is_object()) {
+    const json* fn = choice->contains("function") ? &(*choice)["function"] : choice;
+    if (!fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return bad(choice_key, fmt::format("'{}' names a function as {{\"type\": \"function\", "
+                                         "\"function\": {{\"name\": ...}}}}",
+                                         choice_key));
+    }
+    r->tool_choice = ToolChoice::Named;
+    r->tool_choice_name = (*fn)["name"].get<std::string>();
+  } else {
+    return bad(choice_key, fmt::format("'{}' must be a string or an object", choice_key));
+  }
+  if (r->tool_choice == ToolChoice::Required || r->tool_choice == ToolChoice::Named) {
+    if (r->tools.is_null()) {
+      return bad(choice_key,
+                 fmt::format("'{}' asks for a tool call but no tools are given", choice_key));
+    }
+  }
+  if (r->tool_choice == ToolChoice::Named) {
+    bool found = false;
+    for (const json& t : r->tools) found = found || t["function"]["name"] == r->tool_choice_name;
+    if (!found) {
+      return bad(choice_key, fmt::format("'{}' names '{}', which is not among the tools",
+                                         choice_key, r->tool_choice_name));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_response_format(const json& body, CompletionRequest* r) {
+  auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
+    return bad("response_format", "'response_format' must be an object with a 'type'");
+  }
+  std::string type = (*it)["type"].get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r->response_format = ResponseFormat::JsonObject;
+    return std::nullopt;
+  }
+  if (type == "json_schema") {
+    auto js = it->find("json_schema");
+    if (js == it->end() || !js->is_object()) {
+      return bad("response_format.json_schema",
+                 "'response_format.json_schema' must be an object with a 'schema'");
+    }
+    auto schema = js->find("schema");
+    r->response_format = ResponseFormat::JsonSchema;
+    r->json_schema = schema == js->end() || schema->is_null() ? json::object() : *schema;
+    if (!r->json_schema.is_object() && !r->json_schema.is_boolean()) {
+      return bad("response_format.json_schema.schema",
+                 "'response_format.json_schema.schema' must be a JSON schema object");
+    }
+    return std::nullopt;
+  }
+  return bad("response_format",
+             fmt::format("'response_format.type' must be text, json_object or json_schema, got "
+                         "'{}'",
+                         type));
 }
 
 std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, CompletionRequest* r) {
@@ -224,7 +415,7 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
   if (endpoint == Endpoint::Chat) {
     if (auto e = read_messages(body, &r->messages)) return e;
   } else {
-    if (auto e = read_prompt(body, &r->prompt)) return e;
+    if (auto e = read_prompt(body, &r->prompts)) return e;
   }
   if (auto e = read_bool(body, "stream", &r->stream)) return e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
@@ -236,10 +427,11 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
       return e;
     }
   }
+  // `null` means unset for every optional field: a null max_completion_tokens leaves
+  // max_tokens in force (clients serialise unset fields as null).
   std::optional<int64_t> n;
-  const char* max_key =
-      body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto e = read_int(body, max_key, 1, INT32_MAX, &n)) return e;
+  if (auto e = read_int(body, "max_tokens", 1, INT32_MAX, &n)) return e;
+  if (auto e = read_int(body, "max_completion_tokens", 1, INT32_MAX, &n)) return e;
   if (n) r->max_tokens = static_cast<int32_t>(*n);
 
   engine::SamplingParams& s = r->sampling;
@@ -276,9 +468,27 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
       r->top_logprobs = static_cast<int32_t>(*n);
     }
     if (auto e = read_bool(body, "echo", &r->echo)) return e;
-    if (r->echo) return ApiError{ErrorKind::Unsupported, "'echo' is not supported yet", "echo"};
+    if (r->echo && r->logprobs) {
+      return ApiError{ErrorKind::Unsupported,
+                      "'echo' together with 'logprobs' (log-probabilities of the prompt) is not "
+                      "supported",
+                      "echo"};
+    }
+  }
+  if (auto e = read_logit_bias(body, &s)) return e;
+  n.reset();
+  if (auto e = read_int(body, "n", 1, 16, &n)) return e;
+  if (n) r->n = static_cast<int32_t>(*n);
+  if (endpoint == Endpoint::Chat) {
+    if (auto e = read_tools(body, r)) return e;
+    if (auto e = read_response_format(body, r)) return e;
+    if (auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean())
+        return bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    }
   }
   s.top_logprobs = r->top_logprobs;
+  s.logprobs = r->logprobs;
   if (auto it = body.find("user"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return bad("user", "'user' must be a string");
     r->user = it->get<std::string>();
@@ -287,6 +497,29 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
 }
 
 }  // namespace
+
+json template_messages(const std::vector<Message>& messages) {
+  json out = json::array();
+  for (const Message& m : messages) {
+    json j = {{"role", m.role}};
+    j["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(m.content);
+    if (!m.tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallIn& c : m.tool_calls) {
+        json args = json::parse(c.arguments, nullptr, false);
+        if (args.is_discarded()) args = c.arguments;
+        calls.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", std::move(args)}}}});
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) j["name"] = m.name;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    Endpoint endpoint) {

@@ -71,40 +71,62 @@ json stream_chunk(const ResponseContext& c, json choice) {
 json usage_json(const engine::Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json chunk_role(const ResponseContext& c) {
-  return stream_chunk(c, {{"index", 0},
+json chunk_role(const ResponseContext& c, uint32_t index) {
+  return stream_chunk(c, {{"index", index},
                           {"delta", {{"role", "assistant"}, {"content", ""}}},
                           {"logprobs", nullptr},
                           {"finish_reason", nullptr}});
 }
 
-json chunk_content(const ResponseContext& c, const std::string& text,
+json chunk_content(const ResponseContext& c, uint32_t index, const std::string& text,
                    const std::vector<TokenLogprob>* logprobs) {
   if (c.endpoint == Endpoint::Chat) {
-    return stream_chunk(c, {{"index", 0},
+    return stream_chunk(c, {{"index", index},
                             {"delta", {{"content", text}}},
                             {"logprobs", logprobs ? chat_logprobs(*logprobs) : json(nullptr)},
                             {"finish_reason", nullptr}});
   }
   return stream_chunk(c,
-                      {{"index", 0},
+                      {{"index", index},
                        {"text", text},
                        {"logprobs", logprobs ? completion_logprobs(*logprobs, 0) : json(nullptr)},
                        {"finish_reason", nullptr}});
 }
 
-json chunk_final(const ResponseContext& c, const std::string& finish_reason) {
+json chunk_tool_call(const ResponseContext& c, uint32_t index, uint32_t call_index,
+                     const ToolCallOut& call, bool header, const std::string& fragment) {
+  json delta;
+  if (c.legacy_functions) {
+    delta["function_call"] =
+        header ? json{{"name", call.name}, {"arguments", ""}} : json{{"arguments", fragment}};
+  } else {
+    json entry = {{"index", call_index}};
+    if (header) {
+      entry["id"] = call.id;
+      entry["type"] = "function";
+      entry["function"] = {{"name", call.name}, {"arguments", ""}};
+    } else {
+      entry["function"] = {{"arguments", fragment}};
+    }
+    delta["tool_calls"] = json::array({entry});
+  }
+  return stream_chunk(
+      c, {{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+}
+
+json chunk_final(const ResponseContext& c, uint32_t index, const std::string& finish_reason) {
   if (c.endpoint == Endpoint::Chat) {
-    return stream_chunk(c, {{"index", 0},
+    return stream_chunk(c, {{"index", index},
                             {"delta", json::object()},
                             {"logprobs", nullptr},
                             {"finish_reason", finish_reason}});
   }
   return stream_chunk(
-      c, {{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}});
+      c, {{"index", index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}});
 }
 
 json chunk_usage(const ResponseContext& c, const engine::Usage& u) {
@@ -123,21 +145,38 @@ json error_event(const ApiError& e) {
             {"code", info.code ? json(info.code) : json(nullptr)}}}};
 }
 
-json full_response(const ResponseContext& c, const std::string& text,
-                   const std::string& finish_reason, const engine::Usage& u,
-                   const std::vector<TokenLogprob>* logprobs) {
+json full_response(const ResponseContext& c, const std::vector<ChoiceOut>& choices,
+                   const engine::Usage& u) {
   json j = base(c, false);
-  json choice;
-  choice["index"] = 0;
-  if (c.endpoint == Endpoint::Chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = logprobs ? chat_logprobs(*logprobs) : json(nullptr);
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = logprobs ? completion_logprobs(*logprobs, 0) : json(nullptr);
+  j["choices"] = json::array();
+  for (const ChoiceOut& ch : choices) {
+    json choice;
+    choice["index"] = ch.index;
+    if (c.endpoint == Endpoint::Chat) {
+      json message = {{"role", "assistant"}};
+      const bool calls = !ch.tool_calls.empty();
+      message["content"] = calls && ch.text.empty() ? json(nullptr) : json(ch.text);
+      if (calls && c.legacy_functions) {
+        message["function_call"] = {{"name", ch.tool_calls[0].name},
+                                    {"arguments", ch.tool_calls[0].arguments}};
+      } else if (calls) {
+        message["tool_calls"] = json::array();
+        for (const ToolCallOut& t : ch.tool_calls) {
+          message["tool_calls"].push_back(
+              {{"id", t.id},
+               {"type", "function"},
+               {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+      }
+      choice["message"] = std::move(message);
+      choice["logprobs"] = ch.logprobs ? chat_logprobs(*ch.logprobs) : json(nullptr);
+    } else {
+      choice["text"] = ch.text;
+      choice["logprobs"] = ch.logprobs ? completion_logprobs(*ch.logprobs, 0) : json(nullptr);
+    }
+    choice["finish_reason"] = ch.finish_reason;
+    j["choices"].push_back(std::move(choice));
   }
-  choice["finish_reason"] = finish_reason;
-  j["choices"] = json::array({choice});
   j["usage"] = usage_json(u);
   return j;
 }

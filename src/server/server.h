@@ -1,6 +1,7 @@
 // The HTTP server of `ember serve`: Boost.Beast + Asio with C++20 coroutines on a few IO
 // threads, one strand per connection. Routes: POST /v1/chat/completions, POST /v1/completions,
-// GET /v1/models, /health, /ready, /metrics.
+// GET /v1/models, GET /v1/models/{id}, /health, /ready, /metrics; OPTIONS (CORS preflight) on
+// every route, answered before authentication.
 //
 // Lifecycle: listen() binds (port 0: ephemeral) and start() serves at once — before the model
 // is loaded (/health says "loading", completions answer 503) — then set_model() makes it ready.
@@ -8,7 +9,7 @@
 // wait() returns the exit code once the drain is complete and the engine has shut down.
 //
 // Threading: IO threads never block on the engine. The engine's EventStream waker posts to the
-// connection's strand. Each completion holds a CancelOnDrop for its connection, and a read on
+// connection's strand. Each completion owns its EventStream (dropping it cancels), and a read on
 // the socket while the answer is produced notices a client that goes away.
 #pragma once
 
@@ -20,7 +21,7 @@
 
 #include "base/result.h"
 #include "server/metrics.h"
-#include "server/text_codec.h"
+#include "text/text_codec.h"
 #include "worker/engine_client.h"
 
 namespace ember::server {
@@ -33,15 +34,22 @@ struct ServerOptions {
   size_t max_body_bytes = 4 << 20;
   std::chrono::milliseconds header_timeout{10'000};  // whole request head, from the first byte
   std::chrono::milliseconds body_timeout{30'000};    // whole body
+  // Each write of an answer (a response, an SSE event); past it the client is a slow consumer:
+  // the request is cancelled and the connection closed.
+  std::chrono::milliseconds write_timeout{30'000};
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
   bool handle_signals = true;                     // false in tests: call begin_drain()
+  // Origins browsers may call from (CORS); empty: none; "*": any.
+  std::vector<std::string> cors_origins;
+  int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
+  bool web_ui = true;                 // the chat page at / (--no-web-ui: off)
 };
 
 struct ServedModel {
   std::shared_ptr<worker::EngineClient> engine;
-  std::shared_ptr<const TextCodec> text;
+  std::shared_ptr<const text::TextCodec> text;
   std::vector<std::string> names;  // the ids /v1/models lists; `model` must be one of them
   int64_t created = 0;             // unix seconds
 };

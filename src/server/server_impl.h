@@ -18,6 +18,7 @@
 
 #include "server/api_error.h"
 #include "server/drain.h"
+#include "server/openai_request.h"
 #include "server/progress.h"
 #include "server/server.h"
 
@@ -51,7 +52,10 @@ struct Server::Impl {
   // strand outliving its io_context locks a destroyed mutex: found by TSan)
   std::optional<asio::strand<asio::io_context::executor_type>> control;
   std::optional<tcp::acceptor> acceptor;
-  std::optional<asio::signal_set> signals;
+  // SIGINT/SIGTERM: a sigaction handler writes the signal number to signal_pipe (server.cc)
+  std::optional<asio::posix::stream_descriptor> signal_reader;
+  int signal_pipe[2] = {-1, -1};
+  unsigned char signal_byte = 0;
   std::vector<std::thread> threads;
   Metrics metrics;
 
@@ -94,12 +98,16 @@ struct Reply {
   std::string content_type;
   std::string body;
   int retry_after_s = 0;  // 0: no Retry-After header
+  std::string allow;      // the Allow header (405 answers and preflights); empty: none
 };
 Reply error_reply(const ApiError& e);
 // Writes a whole response and counts it in the metrics; returns whether to keep the connection.
 // Pass named values only: no temporaries inside a co_await expression (GCC 12 coroutine bug).
 asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
                                  std::string_view route, const Reply& reply);
+
+// CORS: adds Access-Control-Allow-Origin (and Vary) when the request's Origin is allowed.
+void add_cors_headers(const Server::Impl& s, const Request& req, http::fields& out);
 
 // completion.cc
 asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,

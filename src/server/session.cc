@@ -1,10 +1,14 @@
 // The connection loop (read a request head under the header timeout, the body under the body
 // timeout, answer, repeat while keep-alive) and the routes other than completions.
+#include <algorithm>
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
 #include "server/server_impl.h"
 #include "server/sse.h"
+#include "server/web_assets.h"
 
 namespace ember::server {
 
@@ -22,13 +26,34 @@ std::string_view path_of(std::string_view target) {
   return target.substr(0, target.find('?'));
 }
 
-// Route label for metrics: a known path, or "other" (unknown paths must not grow the label set).
-std::string_view route_label(std::string_view path) {
+const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
+  if (!s.opts.web_ui) return nullptr;
+  for (const WebAsset& a : web_assets()) {
+    if (a.path == path) return &a;
+  }
+  return nullptr;
+}
+
+// Route label for metrics: a known path, "web" for the chat page's files, or "other" (unknown
+// paths must not grow the label set).
+std::string_view route_label(const Server::Impl& s, std::string_view path) {
+  if (find_web_asset(s, path)) return "web";
   for (std::string_view known :
        {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
     if (path == known) return known;
   }
+  if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
   return "other";
+}
+
+// The methods a route accepts (the Allow header), or empty for an unknown path.
+std::string_view allowed_methods(std::string_view path) {
+  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST, OPTIONS";
+  if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models" ||
+      path.starts_with("/v1/models/")) {
+    return "GET, HEAD, OPTIONS";
+  }
+  return {};
 }
 
 // JSON is built outside coroutines: GCC 12 miscompiles braced string-literal initializers in
@@ -37,13 +62,51 @@ std::string status_body(const std::string& status) {
   return dump_json(json{{"status", status}});
 }
 
+json model_object(const ServedModel& m, const std::string& name) {
+  return {{"id", name}, {"object", "model"}, {"created", m.created}, {"owned_by", "ember"}};
+}
+
 std::string models_body(const ServedModel& m) {
   json data = json::array();
-  for (const auto& name : m.names) {
-    data.push_back(
-        {{"id", name}, {"object", "model"}, {"created", m.created}, {"owned_by", "ember"}});
-  }
+  for (const auto& name : m.names) data.push_back(model_object(m, name));
   return dump_json(json{{"object", "list"}, {"data", data}});
+}
+
+// GET /v1/models/{id}: the id is the rest of the path, percent-decoded (names may hold '/').
+Reply model_reply(const ServedModel& m, std::string_view encoded) {
+  std::string id;
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    if (encoded[i] == '%' && i + 2 < encoded.size() && std::isxdigit(encoded[i + 1]) &&
+        std::isxdigit(encoded[i + 2])) {
+      id += static_cast<char>(std::stoi(std::string(encoded.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      id += encoded[i];
+    }
+  }
+  if (std::find(m.names.begin(), m.names.end(), id) == m.names.end()) {
+    return error_reply(
+        {ErrorKind::ModelNotFound, fmt::format("model '{}' does not exist", id), "model"});
+  }
+  return {http::status::ok, "application/json", dump_json(model_object(m, id)), 0, {}};
+}
+
+bool origin_allowed(const Server::Impl& s, std::string_view origin) {
+  if (origin.empty()) return false;
+  for (const auto& o : s.opts.cors_origins) {
+    if (o == "*" || o == origin) return true;
+  }
+  return false;
+}
+
+// OPTIONS: a CORS preflight (or a plain OPTIONS). Answered before authentication, since a
+// browser never sends credentials on a preflight.
+Reply preflight_reply(std::string_view path) {
+  std::string_view allow = allowed_methods(path);
+  if (allow.empty()) {
+    return error_reply({ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
+  }
+  return {http::status::no_content, "", "", 0, std::string(allow)};
 }
 
 bool authorized(const Server::Impl& s, const Request& req) {
@@ -58,10 +121,12 @@ bool authorized(const Server::Impl& s, const Request& req) {
 // GCC 12 coroutines may destroy temporaries inside a co_await expression twice, so every
 // answer is computed by a plain function into a named Reply, and only then written.
 Reply method_not_allowed(std::string_view path, const Request& req) {
-  return error_reply(
+  Reply r = error_reply(
       {ErrorKind::MethodNotAllowed,
        fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
        {}});
+  r.allow = allowed_methods(path);
+  return r;
 }
 
 bool is_get(const Request& req) {
@@ -70,21 +135,28 @@ bool is_get(const Request& req) {
 
 // Every route but the completions: no engine work, nothing to await.
 Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
+  if (req.method() == http::verb::options) return preflight_reply(path);
   if (path == "/health") {
     if (!is_get(req)) return method_not_allowed(path, req);
     bool loaded = s.current_model() != nullptr;
     bool healthy = s.engine_healthy();
     std::string status = s.is_draining ? "draining" : !loaded ? "loading" : "ok";
     if (!healthy) status = "unhealthy";
-    return {healthy ? http::status::ok : http::status::service_unavailable, "application/json",
-            status_body(status), 0};
+    return {healthy ? http::status::ok : http::status::service_unavailable,
+            "application/json",
+            status_body(status),
+            0,
+            {}};
   }
   if (path == "/ready") {
     if (!is_get(req)) return method_not_allowed(path, req);
     bool ready = s.is_ready && !s.is_draining;
     std::string status = s.is_draining ? "draining" : s.is_ready ? "ready" : "loading";
-    return {ready ? http::status::ok : http::status::service_unavailable, "application/json",
-            status_body(status), ready ? 0 : 5};
+    return {ready ? http::status::ok : http::status::service_unavailable,
+            "application/json",
+            status_body(status),
+            ready ? 0 : 5,
+            {}};
   }
   if (path == "/metrics") {
     if (!is_get(req)) return method_not_allowed(path, req);
@@ -93,15 +165,31 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
       auto st = m->engine->stats();
       snap.queue_depth = st.queued;
       snap.active_sequences = st.active;
+      snap.kv_bytes = st.kv_bytes;
       snap.engine_steps = st.steps;
+      snap.cache_hits = st.cache_hits;
+      snap.cache_misses = st.cache_misses;
+      snap.cache_evictions = st.cache_evictions;
+      snap.cached_tokens = st.cached_tokens;
+      snap.cache_blocks = st.cache_blocks;
+      snap.cache_bytes = st.cache_bytes;
+      snap.warm_blocks_loaded = st.warm_blocks_loaded;
+      snap.warm_bytes_written = st.warm_bytes_written;
+      snap.warm_load_seconds = st.warm_load_seconds;
+      snap.warm_save_seconds = st.warm_save_seconds;
     }
     snap.in_flight_requests = s.in_flight.load();
     snap.draining = s.is_draining;
     snap.ready = s.is_ready && !s.is_draining;
-    return {http::status::ok, "text/plain; version=0.0.4; charset=utf-8", s.metrics.render(snap),
-            0};
+    return {http::status::ok,
+            "text/plain; version=0.0.4; charset=utf-8",
+            s.metrics.render(snap),
+            0,
+            {}};
   }
-  bool v1 = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
+  const bool model_path = path.starts_with("/v1/models/");
+  bool v1 = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
+            model_path;
   if (v1 && !authorized(s, req)) {
     return error_reply({ErrorKind::Unauthorized,
                         "missing or wrong API key (send 'Authorization: Bearer KEY')",
@@ -111,15 +199,25 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
     if (!is_get(req)) return method_not_allowed(path, req);
     auto m = s.current_model();
     if (!m) return error_reply({ErrorKind::NotReady, "the model is still loading", {}});
-    return {http::status::ok, "application/json", models_body(*m), 0};
+    return {http::status::ok, "application/json", models_body(*m), 0, {}};
+  }
+  if (model_path) {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    auto m = s.current_model();
+    if (!m) return error_reply({ErrorKind::NotReady, "the model is still loading", {}});
+    return model_reply(*m, path.substr(std::string_view("/v1/models/").size()));
   }
   if (v1) return method_not_allowed(path, req);  // a completion route, not POSTed
+  if (const WebAsset* a = find_web_asset(s, path)) {
+    if (!is_get(req)) return method_not_allowed(path, req);
+    return {http::status::ok, std::string(a->content_type), std::string(a->body), 0};
+  }
   return error_reply({ErrorKind::NotFound, fmt::format("no route for {}", path), {}});
 }
 
 asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req) {
   std::string_view path = path_of(req.target());
-  std::string_view route = route_label(path);
+  std::string_view route = route_label(s, path);
   bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
   if (completion && req.method() == http::verb::post && authorized(s, req)) {
     Endpoint e = path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
@@ -150,11 +248,32 @@ asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError&
 
 }  // namespace
 
+void add_cors_headers(const Server::Impl& s, const Request& req, http::fields& out) {
+  auto it = req.find(http::field::origin);
+  if (it == req.end()) return;
+  std::string_view origin = it->value();
+  if (!origin_allowed(s, origin)) return;
+  bool any = std::find(s.opts.cors_origins.begin(), s.opts.cors_origins.end(), "*") !=
+             s.opts.cors_origins.end();
+  out.set(http::field::access_control_allow_origin, any ? std::string_view("*") : origin);
+  if (!any) out.set(http::field::vary, "Origin");
+  if (req.method() == http::verb::options) {
+    out.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+    auto h = req.find(http::field::access_control_request_headers);
+    out.set(http::field::access_control_allow_headers,
+            h != req.end() ? std::string_view(h->value())
+                           : std::string_view("Authorization, Content-Type"));
+    out.set(http::field::access_control_max_age, "86400");
+  }
+}
+
 asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
                                  std::string_view route, const Reply& reply) {
   http::response<http::string_body> res{reply.status, req.version()};
   res.set(http::field::server, "ember");
-  res.set(http::field::content_type, reply.content_type);
+  if (!reply.content_type.empty()) res.set(http::field::content_type, reply.content_type);
+  if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
+  add_cors_headers(s, req, res.base());
   if (reply.retry_after_s > 0) {
     res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
   }
@@ -163,7 +282,7 @@ asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
   if (req.method() != http::verb::head) res.body() = reply.body;
   res.prepare_payload();
   s.metrics.count_request(route, static_cast<int>(reply.status));
-  c.stream.expires_after(std::chrono::seconds(30));  // a client that never reads its answer
+  c.stream.expires_after(s.opts.write_timeout);  // a client that never reads its answer
   auto [ec, n] = co_await http::async_write(c.stream, res, asio::as_tuple(asio::use_awaitable));
   c.stream.expires_never();
   co_return keep && !ec;
@@ -199,6 +318,15 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
       break;  // end of stream, timeout, reset, or closed for the drain
     }
     if (!parser.is_done()) {
+      // A client that sent `Expect: 100-continue` waits for this before sending the body.
+      auto expect = parser.get().find(http::field::expect);
+      if (expect != parser.get().end() && beast::iequals(expect->value(), "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        c->stream.expires_after(s.opts.body_timeout);
+        auto [cec, cn] = co_await asio::async_write(c->stream, asio::buffer(kContinue),
+                                                    asio::as_tuple(asio::use_awaitable));
+        if (cec) break;
+      }
       c->stream.expires_after(s.opts.body_timeout);
       auto [bec, bn] =
           co_await http::async_read(c->stream, c->buf, parser, asio::as_tuple(asio::use_awaitable));

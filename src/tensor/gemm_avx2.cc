@@ -1,6 +1,6 @@
 // The GEMM tiles of gemm_tiles.h compiled for AVX2 + FMA + F16C (16 ymm registers, so tiles of
 // at most 4 weight rows x 2 tokens keep their accumulators in registers). Chosen at run time by
-// quant.cc when the CPU has AVX2.
+// quant.cc when the CPU has AVX2; they are also its vec_dot (the 1 x 1 tile).
 #include <immintrin.h>
 
 #include <cstddef>
@@ -38,15 +38,11 @@ struct IsaAvx2 {
 
 }  // namespace
 
-// The AVX2 vec_dot kernels stay those of quant_avx2.cc; the types it lacks get their 1x1 tiles.
+// vec_dot is the 1 x 1 tile: every output, whatever the tile it comes from, accumulates in the
+// same order, so a token's results do not depend on the batch (decode vs prefill, prefix-cache
+// hit or miss) and equal vec_dot of the row with its quantized activation.
 void add_avx2_gemm(KernelOverrides* o) {
-  register_tiles<IsaAvx2>(o, false);
-  auto at = [](DType t) { return static_cast<size_t>(t); };
-  o->dot[at(DType::Q5_K)] = &dot_1x1<SuperK<IsaAvx2, UnpackQ5_K>>;
-  o->dot[at(DType::Q2_K)] = &dot_1x1<SuperK<IsaAvx2, UnpackQ2_K>>;
-  o->dot[at(DType::Q4_1)] = &dot_1x1<LegacyMinK<IsaAvx2, UnpackQ4_1>>;
-  o->dot[at(DType::Q5_1)] = &dot_1x1<LegacyMinK<IsaAvx2, UnpackQ5_1>>;
-  o->dot[at(DType::BF16)] = &dot_1x1<FloatK<IsaAvx2, LoadBF16>>;
+  register_tiles<IsaAvx2>(o, true);
 }
 
 }  // namespace ember::tensor::simd

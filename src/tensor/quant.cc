@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "base/result.h"
+#include "tensor/activation.h"
+#include "tensor/attention.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/quant_simd.h"
 
@@ -57,6 +59,8 @@ constexpr std::string_view kLevelNames[kLevels] = {"scalar", "avx2", "avx512-vnn
 struct Table {
   std::array<Kernels, kMaxId> k;
   std::array<simd::GemmKernel, kMaxId> gemm{};
+  simd::AttendGroupFn attend_group = &ref::attend_group_segments;
+  simd::GeluMulFn gelu_mul = &ref::gelu_mul;
 };
 
 void apply(Table* t, const simd::KernelOverrides& o) {
@@ -66,6 +70,8 @@ void apply(Table* t, const simd::KernelOverrides& o) {
     if (o.dot[i]) t->k[i].dot = o.dot[i];
     if (o.gemm[i].tile) t->gemm[i] = o.gemm[i];
   }
+  if (o.attend_group) t->attend_group = o.attend_group;
+  if (o.gelu_mul) t->gelu_mul = o.gelu_mul;
 }
 
 bool cpu_supports(int level) {
@@ -181,6 +187,14 @@ simd::GemmKernel active_gemm_kernel(DType w) {
   const auto id = static_cast<size_t>(w);
   EMBER_ASSERT(id < kMaxId);
   return active_table().gemm[id];
+}
+
+simd::AttendGroupFn active_attend_group() {
+  return active_table().attend_group;
+}
+
+simd::GeluMulFn active_gelu_mul() {
+  return active_table().gelu_mul;
 }
 
 namespace ref {

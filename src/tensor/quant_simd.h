@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <string_view>
 
+namespace ember::tensor {
+struct KvSegment;  // attention.h
+}
+
 namespace ember::tensor::simd {
 
 constexpr size_t kTypeSlots = 31;
@@ -38,17 +42,29 @@ struct GemmKernel {
   int pack_min_tokens = 0;  // below this, the plain tiles
 };
 
+// The non-matmul kernels (attention.h, activation.h), same signatures as their public entry.
+// The attention kernel is the segmented form (attend_group_segments); the contiguous form is
+// one segment.
+using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                               int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd,
+                               float scale, float* scores, float* out, int64_t out_stride);
+using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
+
 struct KernelOverrides {
   std::array<void (*)(const void*, float*, int64_t), kTypeSlots> dequant{};
   std::array<void (*)(const float*, void*, int64_t), kTypeSlots> quant{};
   std::array<float (*)(int64_t, const void*, const void*), kTypeSlots> dot{};
   std::array<GemmKernel, kTypeSlots> gemm{};
+  AttendGroupFn attend_group = nullptr;
+  GeluMulFn gelu_mul = nullptr;
 };
 
 // AVX2 + FMA + F16C (quant_avx2.cc, gemm_avx2.cc).
 bool cpu_has_avx2();
 KernelOverrides avx2_kernels();
 void add_avx2_gemm(KernelOverrides* o);
+void add_avx2_attention(KernelOverrides* o);    // attention_avx2.cc
+void add_avx2_activations(KernelOverrides* o);  // activation.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
@@ -63,4 +79,7 @@ using DotKernel = float (*)(int64_t n, const void* w_row, const void* act_row);
 DotKernel active_dot_kernel(DType w);
 // The GEMM tile of the active level for weight type w ({} when only vec_dot exists).
 simd::GemmKernel active_gemm_kernel(DType w);
+// The active level's attention and GELU kernels (the scalar references at level "scalar").
+simd::AttendGroupFn active_attend_group();
+simd::GeluMulFn active_gelu_mul();
 }  // namespace ember::tensor

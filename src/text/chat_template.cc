@@ -76,15 +76,10 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
                                          bool add_generation_prompt, const std::string& bos_token,
                                          const std::string& eos_token,
                                          const ChatRenderOptions& options) const {
-  nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-  ctx["messages"] = std::move(msgs);
-  ctx["tools"] = nullptr;
-  ctx["documents"] = nullptr;
-  ctx["add_generation_prompt"] = add_generation_prompt;
-  ctx["bos_token"] = bos_token;
-  ctx["eos_token"] = eos_token;
+  nlohmann::ordered_json ctx =
+      make_context(std::move(msgs), nullptr, add_generation_prompt, bos_token, eos_token);
   if (!options.extra_context.is_object()) {
     return fail("chat template: extra context must be a JSON object");
   }
@@ -92,6 +87,21 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
     ctx[it.key()] = *it;
   }
   return render_context(ctx, options.now);
+}
+
+nlohmann::ordered_json ChatTemplate::make_context(nlohmann::ordered_json messages,
+                                                  nlohmann::ordered_json tools,
+                                                  bool add_generation_prompt,
+                                                  const std::string& bos_token,
+                                                  const std::string& eos_token) {
+  nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+  ctx["messages"] = std::move(messages);
+  ctx["tools"] = std::move(tools);
+  ctx["documents"] = nullptr;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = bos_token;
+  ctx["eos_token"] = eos_token;
+  return ctx;
 }
 
 Result<std::string> ChatTemplate::render_context(const nlohmann::ordered_json& context,

@@ -51,6 +51,13 @@ class ChatTemplate {
 
   const std::string& source() const { return source_; }
 
+  // The context Hugging Face's apply_chat_template passes (documents = None).
+  static nlohmann::ordered_json make_context(nlohmann::ordered_json messages,
+                                             nlohmann::ordered_json tools,
+                                             bool add_generation_prompt,
+                                             const std::string& bos_token,
+                                             const std::string& eos_token);
+
  private:
   ChatTemplate(std::string source, std::shared_ptr<const jinja::Template> t)
       : source_(std::move(source)), template_(std::move(t)) {}

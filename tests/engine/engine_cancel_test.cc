@@ -314,8 +314,11 @@ TEST(EngineLifecycle, shutdown_with_many_requests_in_flight_ends_every_one) {
   EXPECT_EQ(fake->live_kv_bytes(), 0);
 }
 
-// 100 requests, each stopped (or not) at a random point by a random mechanism. Nothing may be
-// left behind: no active slot, no queued request, no KV memory, one DoneEvent each.
+// 100 requests, each stopped (or not) at a random point by a random mechanism, all decided
+// while the engine is held in request 1's hook so that every stop lands before the request
+// could finish by length. Each request must end with the cause its mechanisms dictate and
+// exactly the tokens they allow; nothing may be left behind: no active slot, no queued
+// request, no KV memory, one DoneEvent each.
 TEST(EngineLifecycle, hundred_randomly_cancelled_requests_leave_no_slot_or_kv_memory_behind) {
   auto fake = std::make_shared<FakeBackend>();
   EngineOptions o;
@@ -323,40 +326,81 @@ TEST(EngineLifecycle, hundred_randomly_cancelled_requests_leave_no_slot_or_kv_me
   o.max_queued = 100;
   o.prefill_chunk = 64;
   Engine e(fake, o);
+  Gate gate;
+  GenHooks h;
+  h.on_before_decode_step = [&](uint64_t id, int32_t step) {
+    if (id == 1 && step == 0) gate.arrive_and_wait();
+  };
+  e.set_hooks(h);
+  struct Plan {
+    int32_t max_tokens = 0;
+    int32_t chunks = 0;  // non-final prefill chunks
+    std::optional<uint64_t> budget;
+    bool token = false, by_id = false, deadline = false;
+  };
   std::mt19937 rng(12345);
+  std::vector<Plan> plans(100);
   std::vector<std::shared_ptr<EventStream>> streams;
-  std::vector<CancelToken> late;  // cancelled by this thread while the engine runs
+  std::vector<CancelToken> late;  // cancelled by this thread before the engine is released
   for (int i = 0; i < 100; ++i) {
-    GenerateRequest g = greedy_request(make_prompt(1 + int32_t(rng() % 300), 64, uint32_t(i)),
-                                       1 + int32_t(rng() % 40));
+    Plan& p = plans[size_t(i)];
+    const int32_t n_prompt = 1 + int32_t(rng() % 300);
+    p.chunks = (n_prompt - 1) / o.prefill_chunk;
+    p.max_tokens = 20 + int32_t(rng() % 40);
+    GenerateRequest g = greedy_request(make_prompt(n_prompt, 64, uint32_t(i)), p.max_tokens);
     g.sampling.temperature = (rng() % 2) ? 0.f : 0.9f;
     g.sampling.seed = rng();
-    switch (rng() % 5) {
+    switch (i == 0 ? 4 : rng() % 5) {  // request 1 holds the gate: it runs freely
       case 0:
-        g.cancel = CancelToken::with_budget(rng() % 12);
+        p.budget = rng() % 70;
+        g.cancel = CancelToken::with_budget(*p.budget);
         break;
       case 1:
+        p.token = true;
         g.cancel = CancelToken::make();
         late.push_back(g.cancel);
         break;
       case 2:
+        p.deadline = true;
         g.deadline = SteadyClock::now();
         break;
       default:
         break;
     }
     streams.push_back(submit_ok(e, std::move(g)));
-    if (rng() % 4 == 0) e.cancel(streams.back()->id(), CancelCause::Client);
+    if (i == 0) gate.wait_arrived();
+    if (i > 0 && rng() % 4 == 0) {
+      p.by_id = true;
+      e.cancel(streams.back()->id(), CancelCause::Client);
+    }
     if (!late.empty() && rng() % 3 == 0) late[rng() % late.size()].cancel();
   }
   for (auto& t : late) t.cancel();
-  int n_done = 0;
-  for (auto& s : streams) {
-    Collected c = drain(*s);
+  gate.release();
+  int n_done = 0, cut_by_budget = 0;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const Plan& p = plans[i];
+    Collected c = drain(*streams[i]);
     n_done += c.n_done;
     EXPECT_EQ(c.done.usage.completion_tokens, int32_t(c.tokens.size()));
+    SCOPED_TRACE(::testing::Message() << "request " << i + 1);
+    if (p.by_id || p.token || p.deadline) {
+      // Cancelled while still queued behind the gate: it makes nothing.
+      EXPECT_EQ(c.done.reason, FinishReason::Cancelled);
+      EXPECT_EQ(c.done.cause, p.by_id || p.token ? CancelCause::Client : CancelCause::Deadline);
+      EXPECT_TRUE(c.tokens.empty());
+    } else if (p.budget && *p.budget < uint64_t(p.chunks + p.max_tokens)) {
+      EXPECT_EQ(c.done.reason, FinishReason::Cancelled);
+      EXPECT_EQ(c.done.cause, CancelCause::Budget);
+      EXPECT_EQ(int32_t(c.tokens.size()), std::max<int32_t>(0, int32_t(*p.budget) - p.chunks));
+      ++cut_by_budget;
+    } else {
+      EXPECT_EQ(c.done.reason, FinishReason::Length);
+      EXPECT_EQ(int32_t(c.tokens.size()), p.max_tokens);
+    }
   }
   EXPECT_EQ(n_done, 100);
+  EXPECT_GT(cut_by_budget, 5);  // the budgets really cut generation short
   EXPECT_EQ(e.stats().active, 0);
   EXPECT_EQ(e.stats().queued, 0);
   EXPECT_EQ(e.stats().kv_bytes, 0);

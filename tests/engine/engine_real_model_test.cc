@@ -116,6 +116,8 @@ TEST_F(RealModel, cancel_mid_prefill_releases_quickly_with_zero_tokens_and_no_kv
   EXPECT_LT(SteadyClock::now() - t0, kReleaseBound);
   EXPECT_TRUE(c.tokens.empty());
   EXPECT_EQ(c.done.cause, CancelCause::Client);
+  // Stopped at the prefill chunk it was cancelled before, not at a later site.
+  EXPECT_EQ(c.done.timings.cancel_phase, CancelPhase::Prefill);
   EXPECT_EQ(drain(*other).tokens, other_want);
   EXPECT_EQ(b->live_kv_bytes(), 0);
 }

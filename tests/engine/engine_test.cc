@@ -77,8 +77,16 @@ TEST(Engine, prompt_longer_than_context_fails_at_submit_naming_both_numbers) {
   SubmitResult r = e.submit(greedy_request(make_prompt(2049, 64), 4));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error->kind, SubmitError::Kind::PromptTooLong);
-  EXPECT_EQ(r.error->message, "prompt has 2049 tokens; context is 2048");
+  EXPECT_EQ(r.error->message,
+            "the prompt has 2049 tokens, but this model's context holds 2048 tokens (prompt and "
+            "answer together)");
+  // A prompt that fills the context leaves no room for one token: refused by the same check
+  // (the engine owns it; the server trusts it).
+  r = e.submit(greedy_request(make_prompt(2048, 64), 4));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error->kind, SubmitError::Kind::PromptTooLong);
   EXPECT_EQ(fake->sequences_created(), 0);
+  EXPECT_TRUE(e.submit(greedy_request(make_prompt(2047, 64), 4)).ok());
 }
 
 TEST(Engine, empty_prompt_and_bad_parameters_are_invalid_requests) {
@@ -98,7 +106,7 @@ TEST(Engine, empty_prompt_and_bad_parameters_are_invalid_requests) {
   EXPECT_NE(r.error->message.find("max_tokens"), std::string::npos);
 
   GenerateRequest bad = greedy_request({1}, 4);
-  bad.sampling.top_p = 0.f;
+  bad.sampling.top_p = -0.1f;
   r = e.submit(bad);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error->message.find("top_p"), std::string::npos);
@@ -110,10 +118,24 @@ TEST(Engine, max_tokens_is_clipped_to_the_context_and_ends_with_length) {
   Collected c = drain(*submit_ok(e, greedy_request(make_prompt(2040, 64), 100)));
   EXPECT_EQ(c.tokens.size(), 8u);
   EXPECT_EQ(c.done.reason, FinishReason::Length);
-  // A prompt that fills the context leaves room for nothing.
-  Collected full = drain(*submit_ok(e, greedy_request(make_prompt(2048, 64), 5)));
-  EXPECT_TRUE(full.tokens.empty());
-  EXPECT_EQ(full.done.reason, FinishReason::Length);
+  // "As many as the context holds" (the server's default): the engine is the one clipper.
+  Collected all = drain(*submit_ok(e, greedy_request(make_prompt(2040, 64), INT32_MAX)));
+  EXPECT_EQ(all.tokens.size(), 8u);
+  EXPECT_EQ(all.done.reason, FinishReason::Length);
+}
+
+TEST(Engine, top_p_zero_is_accepted_and_keeps_only_the_most_likely_token) {
+  auto fake = std::make_shared<FakeBackend>();
+  Engine e(fake, {});
+  GenerateRequest g = greedy_request(make_prompt(5, 64), 6);
+  Collected greedy = drain(*submit_ok(e, g));
+  g.sampling.temperature = 1.5f;
+  g.sampling.top_k = 0;
+  g.sampling.min_p = 0.f;
+  g.sampling.top_p = 0.f;
+  Collected nucleus = drain(*submit_ok(e, g));
+  EXPECT_EQ(nucleus.done.reason, FinishReason::Length);
+  EXPECT_EQ(nucleus.tokens, greedy.tokens);
 }
 
 TEST(Engine, token_events_carry_the_raw_log_softmax_and_top_alternatives) {

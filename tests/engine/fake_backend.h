@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -19,23 +20,59 @@ namespace ember::engine::testing {
 
 namespace fake_detail {
 
+// A fake KV block: the token ids of its positions are its bytes, so a sequence built on reused
+// blocks has exactly the history those blocks claim, and a wrong block gives other logits.
+class FakeBlock final : public model::KvBlock {
+ public:
+  FakeBlock(std::vector<int32_t> toks, int64_t bytes, std::shared_ptr<std::atomic<int64_t>> live)
+      : toks_(std::move(toks)), bytes_(bytes), live_(std::move(live)) {
+    live_->fetch_add(bytes_);
+  }
+  ~FakeBlock() override { live_->fetch_sub(bytes_); }
+  std::span<const uint8_t> bytes() const override {
+    return {reinterpret_cast<const uint8_t*>(toks_.data()), toks_.size() * sizeof(int32_t)};
+  }
+  const std::vector<int32_t>& tokens() const { return toks_; }
+
+ private:
+  std::vector<int32_t> toks_;
+  int64_t bytes_;
+  std::shared_ptr<std::atomic<int64_t>> live_;
+};
+
 class FakeSequence final : public model::Sequence {
  public:
-  FakeSequence(uint64_t uid, int32_t capacity, int64_t bytes,
+  FakeSequence(uint64_t uid, int32_t capacity, int64_t bytes, int32_t block_tokens,
                std::shared_ptr<std::atomic<int64_t>> live)
-      : uid_(uid), capacity_(capacity), bytes_(bytes), live_(std::move(live)) {
+      : uid_(uid),
+        capacity_(capacity),
+        bytes_(bytes),
+        block_tokens_(block_tokens),
+        live_(std::move(live)) {
     live_->fetch_add(bytes_);
   }
   ~FakeSequence() override { live_->fetch_sub(bytes_); }
   int32_t length() const override { return int32_t(tokens.size()); }
   int32_t capacity() const override { return capacity_; }
+  model::KvBlockRef block(int32_t i) const override {
+    EMBER_ASSERT((i + 1) * block_tokens_ <= length());
+    while (blocks.size() <= size_t(i)) {
+      const size_t b = blocks.size();
+      std::vector<int32_t> t(tokens.begin() + long(b * size_t(block_tokens_)),
+                             tokens.begin() + long((b + 1) * size_t(block_tokens_)));
+      blocks.push_back(std::make_shared<FakeBlock>(std::move(t), 0, live_));
+    }
+    return blocks[size_t(i)];
+  }
   uint64_t uid() const { return uid_; }
   std::vector<int32_t> tokens;
+  mutable std::vector<model::KvBlockRef> blocks;  // handed out or reused, in position order
 
  private:
   uint64_t uid_;
   int32_t capacity_;
   int64_t bytes_;
+  int32_t block_tokens_;
   std::shared_ptr<std::atomic<int64_t>> live_;
 };
 
@@ -53,6 +90,8 @@ struct FakeOptions {
   float peak = 8.f;  // added to one favourite token: greedy is never decided by noise
   int64_t kv_bytes_per_token = 16;
   int64_t fail_on_call = -1;  // forward call index (0-based) that returns an error
+  int32_t block_tokens = 4;
+  uint64_t context_key = 0xC0FFEE;  // another value: "another model"
 };
 
 struct ForwardRecord {
@@ -71,7 +110,18 @@ class FakeBackend final : public model::Backend {
 
   const model::ModelConfig& config() const override { return cfg_; }
   int32_t n_ctx() const override { return opts_.n_ctx; }
-  std::unique_ptr<model::Sequence> new_sequence(int32_t capacity) override;
+  const model::KvLayout& kv_layout() const override { return layout_; }
+  std::unique_ptr<model::Sequence> new_sequence(
+      int32_t capacity, std::span<const model::KvBlockRef> prefix = {}) override;
+  Result<model::KvBlockRef> kv_block_from_bytes(std::span<const uint8_t> bytes) override {
+    if (int64_t(bytes.size()) != layout_.block_bytes) return fail("fake: bad block size");
+    std::vector<int32_t> t(size_t(layout_.block_tokens));
+    std::memcpy(t.data(), bytes.data(), bytes.size());
+    return model::KvBlockRef(
+        std::make_shared<fake_detail::FakeBlock>(std::move(t), 0, live_bytes_));
+  }
+  std::unique_ptr<model::Sequence> fork_sequence(const model::Sequence& src,
+                                                 int32_t capacity) override;
   Status forward(std::span<const model::ForwardItem> items, std::span<float> logits) override;
   int64_t live_kv_bytes() const override { return live_bytes_->load(); }
 
@@ -80,6 +130,7 @@ class FakeBackend final : public model::Backend {
 
   int64_t forward_calls() const { return calls_.load(); }
   int64_t sequences_created() const { return created_.load(); }
+  int64_t sequences_forked() const { return forks_.load(); }
   std::vector<ForwardRecord> records() const {
     std::lock_guard lk(mu_);
     return records_;
@@ -88,8 +139,9 @@ class FakeBackend final : public model::Backend {
  private:
   FakeOptions opts_;
   model::ModelConfig cfg_;
+  model::KvLayout layout_;
   std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
-  std::atomic<int64_t> calls_{0}, created_{0};
+  std::atomic<int64_t> calls_{0}, created_{0}, forks_{0};
   mutable std::mutex mu_;
   std::vector<ForwardRecord> records_;
 };
@@ -99,13 +151,36 @@ inline FakeBackend::FakeBackend(FakeOptions o) : opts_(o) {
   cfg_.name = "fake";
   cfg_.n_vocab = o.n_vocab;
   cfg_.n_ctx_train = o.n_ctx;
+  layout_.block_tokens = o.block_tokens;
+  layout_.block_bytes = o.block_tokens * int64_t(sizeof(int32_t));
+  layout_.dtype = "fake";
+  layout_.model_fingerprint = o.context_key ^ 1;
+  layout_.context_key = o.context_key;
 }
 
-inline std::unique_ptr<model::Sequence> FakeBackend::new_sequence(int32_t capacity) {
+inline std::unique_ptr<model::Sequence> FakeBackend::new_sequence(
+    int32_t capacity, std::span<const model::KvBlockRef> prefix) {
   EMBER_ASSERT(capacity >= 1 && capacity <= opts_.n_ctx);
   uint64_t uid = uint64_t(created_.fetch_add(1));
-  return std::make_unique<fake_detail::FakeSequence>(
-      uid, capacity, capacity * opts_.kv_bytes_per_token, live_bytes_);
+  auto seq = std::make_unique<fake_detail::FakeSequence>(
+      uid, capacity, capacity * opts_.kv_bytes_per_token, opts_.block_tokens, live_bytes_);
+  for (const auto& b : prefix) {
+    auto* fb = dynamic_cast<const fake_detail::FakeBlock*>(b.get());
+    EMBER_ASSERT(fb != nullptr);
+    seq->tokens.insert(seq->tokens.end(), fb->tokens().begin(), fb->tokens().end());
+    seq->blocks.push_back(b);
+  }
+  return seq;
+}
+
+inline std::unique_ptr<model::Sequence> FakeBackend::fork_sequence(const model::Sequence& src,
+                                                                   int32_t capacity) {
+  const auto& from = dynamic_cast<const fake_detail::FakeSequence&>(src);
+  EMBER_ASSERT(capacity >= from.length());
+  forks_.fetch_add(1);
+  auto seq = new_sequence(capacity);
+  static_cast<fake_detail::FakeSequence&>(*seq).tokens = from.tokens;
+  return seq;
 }
 
 inline void FakeBackend::logits_for(std::span<const int32_t> history, std::span<float> out) const {

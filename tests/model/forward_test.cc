@@ -35,6 +35,26 @@ TEST_P(ForwardPerArch, chunked_prefill_matches_one_shot) {
   EXPECT_LT(max_abs_diff(whole, last), 1e-3f);
 }
 
+TEST_P(ForwardPerArch, a_forked_sequence_continues_exactly_like_its_source) {
+  auto b = load_fixture(spec_for(GetParam()), "fork_" + GetParam());
+  ASSERT_TRUE(b);
+  const int32_t V = b->config().n_vocab;
+  auto prompt = tokens(290, V, 7);  // two growth chunks of KV: the copy crosses them
+  auto src = b->new_sequence(512);
+  run(*b, *src, prompt);
+  const int64_t before = b->live_kv_bytes();
+  auto fork = b->fork_sequence(*src, 400);
+  EXPECT_EQ(fork->length(), 290);
+  EXPECT_EQ(fork->capacity(), 400);
+  EXPECT_GT(b->live_kv_bytes(), before) << "a fork's KV memory is counted";
+  auto next = tokens(3, V, 8);
+  auto from_fork = run(*b, *fork, next);
+  auto from_src = run(*b, *src, next);
+  EXPECT_EQ(max_abs_diff(from_fork, from_src), 0.f);
+  fork.reset();
+  EXPECT_EQ(b->live_kv_bytes(), before) << "and returned when it goes";
+}
+
 TEST_P(ForwardPerArch, batch_of_three_matches_each_alone) {
   auto b = load_fixture(spec_for(GetParam()), "batch_" + GetParam());
   ASSERT_TRUE(b);

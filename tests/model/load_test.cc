@@ -2,7 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "model/model_test_util.h"
+#include "model/weights.h"
 
 namespace ember::model {
 namespace {
@@ -66,6 +69,52 @@ INSTANTIATE_TEST_SUITE_P(Model, LoadsEveryFixture, ::testing::ValuesIn(all_cases
                            return info.param.arch + (info.param.tied ? "_tied_" : "_untied_") +
                                   std::string(tensor::dtype_name(info.param.type));
                          });
+
+TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_bytes_and_a_tied_output_is_shared) {
+  fixture::FixtureSpec spec;
+  spec.arch = "gemma3";
+  spec.tied = true;
+  spec.type = DType::Q8_0;
+  auto f = fixture_file(spec, "arena_gemma3");
+  ASSERT_TRUE(f);
+  auto cfg = read_config(*f);
+  ASSERT_TRUE(cfg.ok());
+  auto bound = bind_weights(*f, *cfg);
+  ASSERT_TRUE(bound.ok());
+  Weights w = std::move(bound).value();
+  const Weights mapped = w;
+  ASSERT_TRUE(copy_matrices_to_arena(&w));
+  ASSERT_NE(w.arena, nullptr);
+  auto same = [&](const tensor::Matrix& a, const tensor::Matrix& b) {
+    const size_t n = tensor::row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
+    EXPECT_TRUE(w.arena->contains(a.data));
+    EXPECT_FALSE(w.arena->contains(b.data));
+    EXPECT_EQ(std::memcmp(a.data, b.data, n), 0);
+  };
+  same(w.token_embd, mapped.token_embd);
+  EXPECT_EQ(w.output.data, w.token_embd.data) << "the tied output is copied once";
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    same(w.layers[il].wq, mapped.layers[il].wq);
+    same(w.layers[il].w_down, mapped.layers[il].w_down);
+  }
+  EXPECT_EQ(w.layers[0].attn_norm, mapped.layers[0].attn_norm) << "norms stay mapped";
+}
+
+TEST(ModelLoad, huge_page_weights_give_bit_identical_logits) {
+  fixture::FixtureSpec spec;
+  spec.arch = "llama";
+  spec.type = DType::Q4_K;
+  LoadOptions on, off;
+  off.huge_page_weights = false;
+  auto a = load_fixture(spec, "arena_on", on);
+  auto b = load_fixture(spec, "arena_off", off);
+  ASSERT_TRUE(a && b);
+  auto sa = a->new_sequence(16), sb = b->new_sequence(16);
+  const std::vector<int32_t> toks{1, 5, 9, 3};
+  const auto la = run(*a, *sa, toks), lb = run(*b, *sb, toks);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
+}
 
 TEST(ModelLoad, gemma3_config_follows_llama_cpp_rules) {
   fixture::FixtureSpec spec;

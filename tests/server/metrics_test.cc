@@ -80,14 +80,15 @@ TEST(Sse, invalid_utf8_is_replaced_instead_of_throwing) {
 
 TEST(Responses, chat_stream_chunks_follow_openai_shapes) {
   ResponseContext c{Endpoint::Chat, "chatcmpl-1", 7, "m", true};
-  auto role = chunk_role(c);
+  auto role = chunk_role(c, 0);
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(role["usage"].is_null());
-  auto content = chunk_content(c, "hi", nullptr);
+  auto content = chunk_content(c, 0, "hi", nullptr);
   EXPECT_EQ(content["choices"][0]["delta"]["content"], "hi");
   EXPECT_TRUE(content["choices"][0]["finish_reason"].is_null());
-  auto fin = chunk_final(c, "length");
+  auto fin = chunk_final(c, 1, "length");
+  EXPECT_EQ(fin["choices"][0]["index"], 1);
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(fin["choices"][0]["delta"].empty());
   auto usage = chunk_usage(c, {3, 4});
@@ -98,13 +99,37 @@ TEST(Responses, chat_stream_chunks_follow_openai_shapes) {
 TEST(Responses, completion_response_carries_text_finish_reason_and_logprobs) {
   ResponseContext c{Endpoint::Completion, "cmpl-1", 7, "m", false};
   std::vector<TokenLogprob> lps{{"a", -0.5f, {{"a", -0.5f}, {"b", -1.f}}}, {"bc", -0.25f, {}}};
-  auto r = full_response(c, "abc", "stop", {2, 2}, &lps);
+  auto r = full_response(c, {{0, "abc", {}, "stop", &lps}}, {2, 2});
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["choices"][0]["text"], "abc");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"], nlohmann::json({"a", "bc"}));
   EXPECT_EQ(r["choices"][0]["logprobs"]["text_offset"], nlohmann::json({0, 1}));
   EXPECT_EQ(r["usage"]["completion_tokens"], 2);
+}
+
+TEST(Responses, tool_calls_come_back_as_openai_tool_calls_or_legacy_function_call) {
+  ResponseContext c{Endpoint::Chat, "chatcmpl-1", 7, "m", false};
+  ToolCallOut call{"call_1", "get_weather", R"({"city":"Oslo"})"};
+  auto r = full_response(c, {{0, "", {call}, "tool_calls", nullptr}}, {2, 2});
+  const auto& m = r["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+  auto head = chunk_tool_call(c, 0, 0, call, true, "");
+  const auto& d = head["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(d["index"], 0);
+  EXPECT_EQ(d["id"], "call_1");
+  EXPECT_EQ(d["function"]["name"], "get_weather");
+  EXPECT_EQ(d["function"]["arguments"], "");
+  auto frag = chunk_tool_call(c, 0, 0, call, false, "{\"ci");
+  EXPECT_FALSE(frag["choices"][0]["delta"]["tool_calls"][0].contains("id"));
+  EXPECT_EQ(frag["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "{\"ci");
+  c.legacy_functions = true;
+  auto legacy = full_response(c, {{0, "", {call}, "function_call", nullptr}}, {2, 2});
+  EXPECT_EQ(legacy["choices"][0]["message"]["function_call"]["name"], "get_weather");
+  EXPECT_FALSE(legacy["choices"][0]["message"].contains("tool_calls"));
 }
 
 TEST(Auth, constant_time_compare_matches_only_equal_strings) {

@@ -48,7 +48,8 @@ TEST(OpenAiRequest, parses_a_full_chat_request) {
 TEST(OpenAiRequest, completion_takes_prompt_and_integer_logprobs) {
   auto r = ok_of(R"({"model":"m","prompt":"Once","max_tokens":3,"logprobs":2,"stop":"."})",
                  Endpoint::Completion);
-  EXPECT_EQ(r.prompt, "Once");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "Once");
   EXPECT_EQ(r.max_tokens, 3);
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
@@ -103,16 +104,103 @@ TEST(OpenAiRequest, out_of_range_values_are_rejected) {
 }
 
 TEST(OpenAiRequest, unsupported_parameters_get_a_400_naming_them) {
-  auto e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})");
+  auto e = error_of(R"({"model":"m","prompt":"x","suffix":"y"})", Endpoint::Completion);
   EXPECT_EQ(e.kind, ErrorKind::Unsupported);
-  EXPECT_EQ(e.param, "n");
+  EXPECT_EQ(e.param, "suffix");
   EXPECT_EQ(error_info(e.kind).status, 400);
   e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
-                  "tools":[{"type":"function","function":{"name":"f"}}]})");
+                  "tools":[{"type":"retrieval"}]})");
   EXPECT_EQ(e.kind, ErrorKind::Unsupported);
-  EXPECT_EQ(e.param, "tools");
+  EXPECT_EQ(e.param, "tools[0]");
   // n == 1 and an empty tools list are what the client sends by default: accepted.
   ok_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":1,"tools":[]})");
+}
+
+TEST(OpenAiRequest, n_logit_bias_and_completion_prompt_lists_are_read) {
+  auto r = ok_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":3,
+                     "logit_bias":{"15":-100,"7":2.5}})");
+  EXPECT_EQ(r.n, 3);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{15, -100.f}));
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":0})").param,
+            "n");
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                         "logit_bias":{"a":1}})")
+                .param,
+            "logit_bias");
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                         "logit_bias":{"1":101}})")
+                .param,
+            "logit_bias");
+  auto c = ok_of(R"({"model":"m","prompt":["a","b"],"echo":true})", Endpoint::Completion);
+  ASSERT_EQ(c.prompts.size(), 2u);
+  EXPECT_EQ(c.prompts[1].text, "b");
+  EXPECT_TRUE(c.echo);
+  auto t = ok_of(R"({"model":"m","prompt":[1,2,3]})", Endpoint::Completion);
+  ASSERT_EQ(t.prompts.size(), 1u);
+  EXPECT_TRUE(t.prompts[0].is_tokens);
+  EXPECT_EQ(t.prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  auto tt = ok_of(R"({"model":"m","prompt":[[1],[2,3]]})", Endpoint::Completion);
+  EXPECT_EQ(tt.prompts.size(), 2u);
+  EXPECT_EQ(error_of(R"({"model":"m","prompt":[-1]})", Endpoint::Completion).param, "prompt");
+  EXPECT_EQ(error_of(R"({"model":"m","prompt":["a",[1]]})", Endpoint::Completion).param, "prompt");
+}
+
+TEST(OpenAiRequest, tools_tool_choice_and_replayed_tool_history_are_read) {
+  auto r = ok_of(R"({"model":"m","messages":[
+      {"role":"user","content":"weather?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"sunny"}],
+    "tools":[{"type":"function","function":{"name":"get_weather",
+      "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],
+    "tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "c1");
+  EXPECT_EQ(r.tool_choice, ToolChoice::Named);
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                         "tools":[{"type":"function","function":{"name":"f"}}],
+                         "tool_choice":{"type":"function","function":{"name":"g"}}})")
+                .param,
+            "tool_choice");
+  EXPECT_EQ(
+      error_of(
+          R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})")
+          .param,
+      "tool_choice");
+}
+
+TEST(OpenAiRequest, legacy_functions_map_onto_tools) {
+  auto r = ok_of(R"({"model":"m","messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},
+      {"role":"function","name":"f","content":"42"}],
+    "functions":[{"name":"f","parameters":{"type":"object"}}],"function_call":{"name":"f"}})");
+  EXPECT_TRUE(r.legacy_functions);
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0]["type"], "function");
+  EXPECT_EQ(r.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(r.tool_choice, ToolChoice::Named);
+  EXPECT_EQ(r.messages[1].tool_calls.at(0).name, "f");
+  EXPECT_EQ(r.messages[2].role, "tool");
+}
+
+TEST(OpenAiRequest, response_formats_are_read) {
+  auto j = ok_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                     "response_format":{"type":"json_object"}})");
+  EXPECT_EQ(j.response_format, ResponseFormat::JsonObject);
+  auto s = ok_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                     "response_format":{"type":"json_schema","json_schema":{"name":"p",
+                       "strict":true,"schema":{"type":"object"}}}})");
+  EXPECT_EQ(s.response_format, ResponseFormat::JsonSchema);
+  EXPECT_EQ(s.json_schema["type"], "object");
+  EXPECT_EQ(error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                         "response_format":{"type":"yaml"}})")
+                .param,
+            "response_format");
 }
 
 TEST(OpenAiRequest, missing_model_or_prompt_is_rejected) {

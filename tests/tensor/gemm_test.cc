@@ -128,6 +128,47 @@ TEST(Gemm, many_token_matmul_is_bit_identical_to_single_token_matmuls) {
   }
 }
 
+// Batch invariance at every level and for every weight type: a token's outputs do not depend on
+// how many tokens share the call (decode vs prefill tiles, tile edges) and equal, bit for bit,
+// vec_dot of the weight row with that token's quantized activation. The prefix cache promises
+// the same output with and without a hit, which needs exactly this.
+TEST(Gemm, every_token_count_gives_each_token_the_single_token_result_bit_for_bit) {
+  RestoreBestLevel restore;
+  ThreadPool pool(2);
+  const int64_t rows = 13;  // partial row tiles for every tile height
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : testing::weight_types()) {
+      const int64_t cols = block_elems(t) == 1 ? 517 : 512;  // float types: a tail of 5
+      const DType at = vec_dot_type(t);
+      const size_t wrb = row_bytes(t, cols), arb = row_bytes(at, cols);
+      std::vector<uint8_t> wq(wrb * rows), xq(arb);
+      const auto wf = random_floats(rows * cols, 21);
+      for (int64_t r = 0; r < rows; ++r) {
+        ref::quantize_row(t, wf.data() + r * cols, wq.data() + r * wrb, cols);
+      }
+      const Matrix m{t, rows, cols, wq.data()};
+      for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 17}) {
+        const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens), 2.0f);
+        std::vector<float> all(rows * n_tokens), one(rows);
+        matmul(m, x.data(), n_tokens, all.data(), pool);
+        for (int64_t k = 0; k < n_tokens; ++k) {
+          matmul(m, x.data() + k * cols, 1, one.data(), pool);
+          quantize_row(at, x.data() + k * cols, xq.data(), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float dot = vec_dot(t, cols, wq.data() + r * wrb, xq.data());
+            ASSERT_EQ(all[k * rows + r], one[r])
+                << level << " " << dtype_name(t) << " tokens=" << n_tokens << " t=" << k
+                << " r=" << r;
+            ASSERT_EQ(one[r], dot)
+                << level << " " << dtype_name(t) << " vec_dot t=" << k << " r=" << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Misaligned for vectors (not 32/64-byte aligned), naturally aligned for elements, as GGUF rows
 // are.
 TEST(Gemm, matmul_reads_vector_misaligned_weights_correctly_at_every_level) {

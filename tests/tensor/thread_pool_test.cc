@@ -2,6 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
+#include <set>
+
+#include <mutex>
+
+#include <condition_variable>
+
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -41,17 +49,18 @@ TEST(ThreadPool, returns_only_after_every_chunk_has_run_across_many_back_to_back
 
 TEST(ThreadPool, uses_more_than_one_thread_when_it_has_them) {
   ThreadPool pool(2);
-  // Chunks block until two distinct threads have arrived, proving both take part; a bounded
-  // wait keeps a failure from hanging the suite.
-  std::atomic<int> arrived{0};
-  std::atomic<bool> saw_two{false};
+  // Each of the two chunks records the thread that ran it, then waits (bounded) for the other
+  // to arrive: a pool that ran them one after the other on one thread records one id.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<std::thread::id> ids;
   pool.parallel_for(2, [&](int64_t, int64_t) {
-    arrived.fetch_add(1);
-    for (int i = 0; i < 50'000'000 && arrived.load() < 2; ++i) {
-    }
-    if (arrived.load() >= 2) saw_two.store(true);
+    std::unique_lock lk(mu);
+    ids.insert(std::this_thread::get_id());
+    cv.notify_all();
+    cv.wait_for(lk, std::chrono::seconds(5), [&] { return ids.size() >= 2; });
   });
-  EXPECT_TRUE(saw_two.load());
+  EXPECT_EQ(ids.size(), 2u);
 }
 
 TEST(ThreadPool, min_chunk_bounds_every_range_but_the_last_and_still_covers_each_index_once) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "text/tool_calls.h"
+
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -42,6 +44,7 @@ TEST(ChatTemplate, every_golden_case_matches_jinja2_byte_for_byte) {
   std::map<std::string, ChatTemplate> templates;
   std::map<std::string, int> passed;
   size_t n = 0;
+  int tool_cases = 0;
   for (const auto& c : doc["cases"]) {
     std::string name = c["template"];
     if (!templates.count(name)) {
@@ -49,13 +52,25 @@ TEST(ChatTemplate, every_golden_case_matches_jinja2_byte_for_byte) {
       ASSERT_TRUE(t.ok()) << name << ": " << t.message();
       templates.emplace(name, std::move(t).value());
     }
-    std::vector<ChatMessage> messages;
-    for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-    ChatRenderOptions opts;
-    opts.now = golden_date();
-    opts.extra_context = c["extra_context"];
-    auto r = templates.at(name).render(messages, c["add_generation_prompt"], c["bos_token"],
-                                       c["eos_token"], opts);
+    Result<std::string> r = fail("not rendered");
+    if (c.contains("tools")) {  // tool requests and histories: the whole context, as HF passes it
+      nlohmann::ordered_json ctx = {
+          {"messages", c["messages"]},   {"tools", c["tools"]},
+          {"documents", nullptr},        {"add_generation_prompt", c["add_generation_prompt"]},
+          {"bos_token", c["bos_token"]}, {"eos_token", c["eos_token"]}};
+      for (auto it = c["extra_context"].begin(); it != c["extra_context"].end(); ++it) {
+        ctx[it.key()] = *it;
+      }
+      r = templates.at(name).render_context(ctx, golden_date());
+    } else {
+      std::vector<ChatMessage> messages;
+      for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+      ChatRenderOptions opts;
+      opts.now = golden_date();
+      opts.extra_context = c["extra_context"];
+      r = templates.at(name).render(messages, c["add_generation_prompt"], c["bos_token"],
+                                    c["eos_token"], opts);
+    }
     std::string label = name + "/" + c["conversation"].get<std::string>() +
                         " agp=" + c["add_generation_prompt"].dump() + " " +
                         c["extra_context"].dump();
@@ -68,11 +83,17 @@ TEST(ChatTemplate, every_golden_case_matches_jinja2_byte_for_byte) {
     }
     ++passed[name];
     ++n;
+    tool_cases += c.contains("tools") ? 1 : 0;
   }
   EXPECT_EQ(n, doc["cases"].size());
-  for (const char* name : {"gemma3", "qwen2.5", "qwen3", "llama3.1", "llama3.2"}) {
+  for (const char* name : {"gemma3", "qwen2.5", "qwen3", "llama3.1", "llama3.2", "chatml-tools"}) {
     EXPECT_GT(passed[name], 0) << "no golden cases for " << name;
   }
+  EXPECT_GE(tool_cases, 20) << "tool requests and histories are covered";
+}
+
+TEST(ChatTemplate, builtin_chatml_tool_template_equals_its_golden_file) {
+  EXPECT_EQ(chatml_tool_template(), read_file(kGoldenDir + "chatml-tools.jinja"));
 }
 
 TEST(ChatTemplate, builtin_gemma3_template_equals_the_official_file) {

@@ -10,6 +10,10 @@ namespace ember::text::jinja {
 
 namespace {
 constexpr int kMaxMacroDepth = 64;
+// Work bounds: a template (from a model file) cannot make a render run unbounded. Real chat
+// templates use a few thousand steps and kilobytes.
+constexpr int64_t kMaxSteps = 5'000'000;             // nodes executed + expressions evaluated
+constexpr size_t kMaxValueBytes = size_t{16} << 20;  // one string built by repetition, or output
 
 bool is_int_like(const Value& v) {
   return v.is_int() || v.is_bool();
@@ -55,7 +59,18 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, Scope& scope, std::st
   return Flow::kNormal;
 }
 
+void Interpreter::count_step(int line) {
+  if (++steps_ > kMaxSteps) {
+    throw TemplateError(line,
+                        fmt::format("template does too much work (over {} steps)", kMaxSteps));
+  }
+}
+
 Interpreter::Flow Interpreter::exec(const Node& n, Scope& scope, std::string& out) {
+  count_step(n.line);
+  if (out.size() > kMaxValueBytes) {
+    throw TemplateError(n.line, fmt::format("template output is over {} bytes", kMaxValueBytes));
+  }
   switch (n.kind) {
     case Node::Kind::kText:
       out += n.text;
@@ -224,6 +239,7 @@ Value Interpreter::apply_filter_expr(const Expr& e, Value operand, Scope& scope)
 }
 
 Value Interpreter::eval(const Expr& e, Scope& scope) {
+  count_step(e.line);
   switch (e.kind) {
     case Expr::Kind::kLiteral:
       return e.literal;
@@ -420,6 +436,10 @@ Value Interpreter::eval_binary(const Expr& e, Scope& scope) {
     const Value* k = s == &a ? &b : &a;
     if (s && is_int_like(*k)) {
       int64_t times = std::max<int64_t>(0, k->as_int());
+      const size_t unit = s->is_string() ? s->str().size() : s->list().size() * 16;
+      if (unit > 0 && uint64_t(times) > kMaxValueBytes / unit) {
+        throw TemplateError(e.line, "repetition result is too large");
+      }
       if (s->is_string()) {
         std::string r;
         for (int64_t i = 0; i < times; ++i) r += s->str();

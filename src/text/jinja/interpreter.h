@@ -41,9 +41,11 @@ class Interpreter {
   Value apply_filter_expr(const Expr& e, Value operand, Scope& scope);
   void eval_args(const Expr& e, Scope& scope, ValueList& args, KwArgs& kwargs);
 
-  Scope globals_;  // builtins
-  Scope root_;     // the context; top-level sets land here
-  int depth_ = 0;  // macro recursion guard
+  Scope globals_;      // builtins
+  Scope root_;         // the context; top-level sets land here
+  int depth_ = 0;      // macro recursion guard
+  int64_t steps_ = 0;  // work done by this render (bounded, see interpreter.cc)
+  void count_step(int line);
 };
 
 }  // namespace ember::text::jinja

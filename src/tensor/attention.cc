@@ -1,0 +1,99 @@
+// The scalar attention reference (attention.h) and the dispatch to the active level's kernel
+// (attention_avx2.cc at the avx2 and avx512-vnni levels). The level table holds the segmented
+// form; the contiguous form is one segment.
+#include "tensor/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/result.h"
+#include "tensor/quant_simd.h"
+
+namespace ember::tensor {
+
+namespace ref {
+
+// Eight partial sums let the compiler vectorize the dot product without reassociating. Each
+// score and each output element is accumulated in position order, so segmentation never
+// changes a bit.
+void attend_one_segments(const float* __restrict q, const KvSegment* segs, int32_t n_segs,
+                         int64_t stride, int32_t n, int32_t hd, float scale,
+                         float* __restrict scores, float* __restrict out) {
+  float mx = -INFINITY;
+  int32_t p = 0;
+  for (int32_t s = 0; s < n_segs; ++s) {
+    for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+      const float* kp = segs[s].k + i * stride;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int32_t d = 0;
+      for (; d + 8 <= hd; d += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
+      }
+      float sc = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+      for (; d < hd; ++d) sc += q[d] * kp[d];
+      scores[p] = sc * scale;
+      mx = std::max(mx, scores[p]);
+    }
+  }
+  EMBER_ASSERT(p == n);
+  float sum = 0;
+  for (p = 0; p < n; ++p) {
+    scores[p] = std::exp(scores[p] - mx);
+    sum += scores[p];
+  }
+  std::fill(out, out + hd, 0.f);
+  const float inv = 1.f / sum;
+  p = 0;
+  for (int32_t s = 0; s < n_segs; ++s) {
+    for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+      const float w = scores[p] * inv;
+      const float* vp = segs[s].v + i * stride;
+      int32_t d = 0;
+      for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
+        for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
+      }
+      for (; d < hd; ++d) out[d] += w * vp[d];
+    }
+  }
+}
+
+void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
+                int32_t hd, float scale, float* scores, float* out) {
+  const KvSegment seg{k, v, n};
+  attend_one_segments(q, &seg, 1, kv_stride, n, hd, scale, scores, out);
+}
+
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride) {
+  for (int32_t g = 0; g < nq; ++g) {
+    attend_one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
+                        out + g * out_stride);
+  }
+}
+
+void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
+                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+                  int64_t out_stride) {
+  const KvSegment seg{k, v, n};
+  ref::attend_group_segments(q, q_stride, nq, &seg, 1, kv_stride, n, hd, scale, scores, out,
+                             out_stride);
+}
+
+}  // namespace ref
+
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride) {
+  active_attend_group()(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
+                        out_stride);
+}
+
+void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
+                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+                  int64_t out_stride) {
+  const KvSegment seg{k, v, n};
+  attend_group_segments(q, q_stride, nq, &seg, 1, kv_stride, n, hd, scale, scores, out, out_stride);
+}
+
+}  // namespace ember::tensor

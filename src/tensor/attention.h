@@ -1,0 +1,50 @@
+// Attention kernels: softmax(q.K * scale).V of a few queries over n cached positions.
+// attend_group runs the queries that share one key/value head and one causal range (the heads
+// of a GQA group at one position) together, so each key and value row is read once for all of
+// them. Keys and values are given as a base pointer and a row stride (`kv_stride` floats
+// between positions). The *_segments forms read the positions from several runs of rows (KV
+// held in blocks): the positions are the segments' rows in order, and at every level the
+// result is bit-identical to the contiguous form over the same rows, whatever the
+// segmentation (a prefix-cache hit reuses blocks, so this keeps hits bit-identical).
+// Dispatched through the SIMD level table (quant.h's set_simd_level reaches it); ref:: is the
+// scalar twin every level is tested against.
+#pragma once
+
+#include <cstdint>
+
+namespace ember::tensor {
+
+// n consecutive positions whose K and V rows start at k and v (rows kv_stride floats apart).
+struct KvSegment {
+  const float* k;
+  const float* v;
+  int32_t n;
+};
+
+// nq queries (rows q_stride floats apart) over the same n positions; out rows out_stride floats
+// apart. scores: nq * n floats of scratch. Equals ref::attend_one per query up to float
+// rounding (the vector levels fuse multiply-adds).
+void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
+                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+                  int64_t out_stride);
+// The same over the positions of segs[0..n_segs); n = total positions (> 0).
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride);
+
+namespace ref {
+// One query: out[hd] = softmax(q . K[0..n) * scale) . V[0..n). scores: n floats of scratch.
+void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
+                int32_t hd, float scale, float* scores, float* out);
+void attend_one_segments(const float* q, const KvSegment* segs, int32_t n_segs, int64_t kv_stride,
+                         int32_t n, int32_t hd, float scale, float* scores, float* out);
+// attend_one per query.
+void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
+                  int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+                  int64_t out_stride);
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride);
+}  // namespace ref
+
+}  // namespace ember::tensor

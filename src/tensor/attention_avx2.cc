@@ -1,0 +1,168 @@
+// The AVX2 + FMA attention kernel (attention.h), registered for the avx2 level and inherited
+// by avx512-vnni: up to four queries of a GQA group at once, each 8-float chunk of a key row
+// loaded once for all of them. Positions come as segments (KV blocks); the result does not depend
+// on how they are cut. Head sizes that are not a multiple of 32 use the reference.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tensor/attention.h"
+#include "tensor/quant_simd.h"
+
+namespace ember::tensor::simd {
+namespace {
+
+// Loops over queries and chunks must unroll, or the accumulators live on the stack.
+#define EMBER_UNROLL _Pragma("GCC unroll 8")
+
+// The reference's combination of its eight partial sums: ((0+4)+(1+5)) + ((2+6)+(3+7)).
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  const __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_hadd_ps(x, x);
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// Up to four queries (NQ) at once: each 8-float chunk of a key row is loaded once for all of
+// them, two keys per pass. Lane j of a query's accumulator sums dimensions j mod 8, as the
+// reference's partial sums do. hd % 32 == 0. Scores are independent of the pairing, and the
+// weighted sum of V runs in position order across segments, so the result does not depend on
+// how the positions are cut into segments.
+template <int NQ>
+__attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, const KvSegment* segs,
+                                                int32_t n_segs, int64_t stride, int32_t n,
+                                                int32_t hd, float scale, float* scores, float* out,
+                                                int64_t os) {
+  float mx[NQ];
+  EMBER_UNROLL
+  for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
+  int32_t base = 0;  // position of the segment's first row
+  for (int32_t s = 0; s < n_segs; ++s) {
+    const float* k = segs[s].k;
+    const int32_t m = segs[s].n;
+    int32_t i = 0;
+    for (; i + 2 <= m; i += 2) {
+      const float* k0 = k + i * stride;
+      const float* k1 = k0 + stride;
+      __m256 a0[NQ], a1[NQ];
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 8) {
+        const __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) {
+          const __m256 qv = _mm256_loadu_ps(q + g * qs + d);
+          a0[g] = _mm256_fmadd_ps(qv, kv0, a0[g]);
+          a1[g] = _mm256_fmadd_ps(qv, kv1, a1[g]);
+        }
+      }
+      const int32_t p = base + i;
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) {
+        const float s0 = hsum8(a0[g]) * scale, s1 = hsum8(a1[g]) * scale;
+        scores[g * n + p] = s0;
+        scores[g * n + p + 1] = s1;
+        mx[g] = std::max(mx[g], std::max(s0, s1));
+      }
+    }
+    for (; i < m; ++i) {
+      const float* k0 = k + i * stride;
+      __m256 a0[NQ];
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) a0[g] = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 8) {
+        const __m256 kv0 = _mm256_loadu_ps(k0 + d);
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) {
+          a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * qs + d), kv0, a0[g]);
+        }
+      }
+      const int32_t p = base + i;
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) {
+        scores[g * n + p] = hsum8(a0[g]) * scale;
+        mx[g] = std::max(mx[g], scores[g * n + p]);
+      }
+    }
+    base += m;
+  }
+  EMBER_UNROLL
+  for (int g = 0; g < NQ; ++g) {
+    float* sc = scores + g * n;
+    float sum = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      sc[i] = std::exp(sc[i] - mx[g]);
+      sum += sc[i];
+    }
+    const float inv = 1.f / sum;
+    for (int32_t i = 0; i < n; ++i) sc[i] *= inv;
+  }
+  // out = weights . V, 32 output floats per query per pass, V rows read once for all queries.
+  for (int32_t d = 0; d < hd; d += 32) {
+    __m256 acc[NQ][4];
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) EMBER_UNROLL
+    for (auto& a : acc[g]) a = _mm256_setzero_ps();
+    int32_t p = 0;
+    for (int32_t s = 0; s < n_segs; ++s) {
+      const float* v = segs[s].v;
+      for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+        const float* vp = v + i * stride + d;
+        const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+        const __m256 v2 = _mm256_loadu_ps(vp + 16), v3 = _mm256_loadu_ps(vp + 24);
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) {
+          const __m256 w = _mm256_broadcast_ss(scores + g * n + p);
+          acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
+          acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
+          acc[g][2] = _mm256_fmadd_ps(w, v2, acc[g][2]);
+          acc[g][3] = _mm256_fmadd_ps(w, v3, acc[g][3]);
+        }
+      }
+    }
+    EMBER_UNROLL
+    for (int g = 0; g < NQ; ++g) {
+      float* o = out + g * os + d;
+      EMBER_UNROLL
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + 8 * j, acc[g][j]);
+    }
+  }
+}
+__attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int64_t q_stride,
+                                                           int32_t nq, const KvSegment* segs,
+                                                           int32_t n_segs, int64_t kv_stride,
+                                                           int32_t n, int32_t hd, float scale,
+                                                           float* scores, float* out,
+                                                           int64_t out_stride) {
+  if (hd % 32 != 0) {
+    ref::attend_group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
+                               out_stride);
+    return;
+  }
+  for (int32_t g = 0; g < nq; g += 4) {
+    const float* qg = q + g * q_stride;
+    float* og = out + g * out_stride;
+    switch (std::min(4, nq - g)) {
+      case 4:
+        group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      case 3:
+        group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      case 2:
+        group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+      default:
+        group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void add_avx2_attention(KernelOverrides* o) {
+  o->attend_group = &attend_group_avx2;
+}
+
+}  // namespace ember::tensor::simd

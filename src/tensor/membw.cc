@@ -1,0 +1,135 @@
+// Read-bandwidth probe (membw.h): each thread streams its own buffer with independent
+// accumulators (no loop-carried dependency longer than one add), starting together at a
+// barrier; the rate of a pass is total bytes over the slowest thread's time.
+#include "tensor/membw.h"
+
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tensor/quant.h"
+#include "tensor/quant_simd.h"
+
+namespace ember::tensor {
+namespace {
+
+__attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* p, size_t n) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 256 <= n; i += 256) {
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + i));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + i + 64));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 128));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 192));
+  }
+  alignas(64) uint64_t v[8];
+  _mm512_store_si512(v, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  uint64_t s = 0;
+  for (uint64_t x : v) s += x;
+  return s;
+}
+
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  alignas(32) uint64_t v[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(v),
+                     _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  return v[0] + v[1] + v[2] + v[3];
+}
+
+uint64_t read_scalar(const uint8_t* p, size_t n) {
+  uint64_t a[4] = {0, 0, 0, 0};
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    for (int j = 0; j < 4; ++j) {
+      uint64_t v;
+      std::memcpy(&v, p + i + 8 * j, 8);
+      a[j] += v;
+    }
+  }
+  return a[0] + a[1] + a[2] + a[3];
+}
+
+using ReadFn = uint64_t (*)(const uint8_t*, size_t);
+
+ReadFn read_fn() {
+  if (simd::cpu_has_avx512_vnni()) return &read_avx512;
+  if (simd::cpu_has_avx2()) return &read_avx2;
+  return &read_scalar;
+}
+
+struct Buffer {
+  explicit Buffer(size_t n) : size(n) {
+    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p = m == MAP_FAILED ? nullptr : static_cast<uint8_t*>(m);
+    if (p != nullptr) std::memset(p, 1, n);  // fault every page in before timing
+  }
+  ~Buffer() {
+    if (p != nullptr) ::munmap(p, size);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* p = nullptr;
+  size_t size;
+};
+
+// Best rate over `passes` passes of `threads` threads reading their buffers at once.
+double run(int threads, size_t bytes, int passes) {
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  for (int t = 0; t < threads; ++t) {
+    bufs.push_back(std::make_unique<Buffer>(bytes));
+    if (bufs.back()->p == nullptr) return 0;
+  }
+  const ReadFn fn = read_fn();
+  std::atomic<uint64_t> sink{0};
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<double> secs(static_cast<size_t>(threads));
+    auto body = [&](int t) {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      sink.fetch_add(fn(bufs[static_cast<size_t>(t)]->p, bytes), std::memory_order_relaxed);
+      secs[static_cast<size_t>(t)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+    while (ready.load() < threads - 1) std::this_thread::yield();
+    go.store(true, std::memory_order_release);
+    body(0);
+    for (auto& th : pool) th.join();
+    const double slowest = *std::max_element(secs.begin(), secs.end());
+    if (slowest > 0) best = std::max(best, static_cast<double>(bytes) * threads / slowest / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread, int passes) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t bytes =
+      (static_cast<size_t>(std::max<int64_t>(bytes_per_thread, 1 << 20)) + 4095) & ~size_t{4095};
+  ReadBandwidth r;
+  r.threads = threads;
+  r.bytes_per_thread = static_cast<int64_t>(bytes);
+  r.single_gbps = run(1, bytes, passes);
+  r.all_gbps = threads == 1 ? r.single_gbps : run(threads, bytes, passes);
+  return r;
+}
+
+}  // namespace ember::tensor

@@ -1,0 +1,90 @@
+"""`ember run --chat` in a pseudo-terminal, as a person types into it: Ctrl-C during an answer
+stops that answer (the engine cancels through its CancelToken) and the chat goes on; Ctrl-C at
+the prompt, or Ctrl-D, ends it with exit 0. Runs on the default model (SmolLM2-135M-Instruct)."""
+import os
+import pty
+import re
+import select
+import time
+
+import pytest
+
+
+class Pty:
+    def __init__(self, argv):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execv(argv[0], argv)
+        self.out = b""
+
+    def read_until(self, pattern, timeout):
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while not rx.search(self.out):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timed out waiting for {pattern!r}; got {self.out[-2000:]!r}")
+            r, _, _ = select.select([self.fd], [], [], min(left, 0.1))
+            if r:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise AssertionError(f"pty closed waiting for {pattern!r}; got {self.out!r}")
+                self.out += chunk
+        return self.out
+
+    def send(self, data):
+        os.write(self.fd, data)
+
+    def wait_exit(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                # drain what is left
+                try:
+                    while select.select([self.fd], [], [], 0)[0]:
+                        chunk = os.read(self.fd, 4096)
+                        if not chunk:
+                            break
+                        self.out += chunk
+                except OSError:
+                    pass
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.02)
+        os.kill(self.pid, 9)
+        raise AssertionError(f"ember run did not exit; output {self.out[-2000:]!r}")
+
+
+def chat(ember):
+    p = Pty([os.path.abspath(ember), "run", "--chat", "--temp", "0", "-n", "1500",
+             "--threads", "1"])
+    p.read_until(rb"> $", 60)
+    return p
+
+
+def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(ember):
+    p = chat(ember)
+    p.send(b"Write a very long story about a dragon who learns to bake bread.\r")
+    # Wait for the answer to be well under way, then Ctrl-C (the terminal sends SIGINT).
+    p.read_until(rb"bake bread\.\r\n.{80,}", 60)
+    p.send(b"\x03")
+    t0 = time.monotonic()
+    p.read_until(rb"\[stopped\]\r\n> $", 5)
+    assert time.monotonic() - t0 < 5
+    mark = len(p.out)
+    # The chat goes on: the next question is answered, and the stopped story is history.
+    p.send(b"What is the capital of France?\r")
+    p.read_until(rb"France\?\r\n.*\r\n> $", 60)
+    assert b"Paris" in p.out[mark:], p.out[mark:]
+    # Ctrl-C at the prompt ends the chat cleanly.
+    p.send(b"\x03")
+    assert p.wait_exit(10) == 0
+
+
+def test_ctrl_d_at_the_prompt_exits_cleanly(ember):
+    p = chat(ember)
+    p.send(b"\x04")
+    assert p.wait_exit(10) == 0

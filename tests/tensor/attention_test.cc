@@ -1,0 +1,173 @@
+// The attention and GELU kernels at every SIMD level against their scalar twins (ref::), the
+// block-list (segmented) attention against the contiguous form bit for bit, and the dispatch:
+// set_simd_level reaches them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "tensor/activation.h"
+#include "tensor/attention.h"
+#include "tensor/quant.h"
+#include "tensor/quant_simd.h"
+
+namespace ember::tensor {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Restores the best level when a test ends, whatever it selected.
+class LevelGuard {
+ public:
+  ~LevelGuard() { set_simd_enabled(true); }
+};
+
+// Queries of a group, keys/values strided as in a multi-head cache (head 1 of 2).
+void expect_group_equals_per_query(int32_t nq, int32_t n, int32_t hd) {
+  const int64_t kv_stride = 2 * hd, q_stride = hd + 8, out_stride = hd + 4;
+  const auto q = random_floats(static_cast<size_t>(nq * q_stride), 1 + nq, 1.f);
+  const auto kv = random_floats(static_cast<size_t>(n * kv_stride), 2 + n, 1.f);
+  const auto vv = random_floats(static_cast<size_t>(n * kv_stride), 3 + n, 1.f);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> scores(static_cast<size_t>(nq * n));
+  std::vector<float> got(static_cast<size_t>(nq * out_stride), NAN);
+  attend_group(q.data(), q_stride, nq, kv.data() + hd, vv.data() + hd, kv_stride, n, hd, scale,
+               scores.data(), got.data(), out_stride);
+  std::vector<float> want(static_cast<size_t>(hd));
+  for (int32_t g = 0; g < nq; ++g) {
+    ref::attend_one(q.data() + g * q_stride, kv.data() + hd, vv.data() + hd, kv_stride, n, hd,
+                    scale, scores.data(), want.data());
+    for (int32_t d = 0; d < hd; ++d) {
+      ASSERT_NEAR(got[g * out_stride + d], want[d], 1e-5f)
+          << simd_level() << " nq=" << nq << " n=" << n << " hd=" << hd << " g=" << g << " d=" << d;
+    }
+  }
+}
+
+TEST(Attention, grouped_queries_equal_the_per_query_reference_at_every_level) {
+  LevelGuard guard;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (int32_t nq : {1, 2, 3, 4, 5, 8}) {
+      for (int32_t n : {1, 2, 3, 17, 224}) {
+        expect_group_equals_per_query(nq, n, 256);
+        expect_group_equals_per_query(nq, n, 64);
+      }
+    }
+    // head sizes without a vector path fall back to the reference
+    expect_group_equals_per_query(4, 9, 24);
+    expect_group_equals_per_query(2, 5, 7);
+  }
+}
+
+// KV held in blocks: the same positions cut into segments anywhere give the same bits as one
+// contiguous run, at the active level and in the scalar twin (the prefix cache reuses blocks, so
+// this is what makes a hit bit-identical). The active level also matches the scalar twin.
+void expect_segments_equal_contiguous(int32_t nq, int32_t n, int32_t hd,
+                                      const std::vector<int32_t>& cuts) {
+  const int64_t kv_stride = 2 * hd;
+  const auto q = random_floats(static_cast<size_t>(nq * hd), 11 + nq, 1.f);
+  const auto kv = random_floats(static_cast<size_t>(n * kv_stride), 12 + n, 1.f);
+  const auto vv = random_floats(static_cast<size_t>(n * kv_stride), 13 + n, 1.f);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  // Segments live in separate buffers, as blocks do.
+  std::vector<std::vector<float>> ks, vs;
+  std::vector<KvSegment> segs;
+  int32_t at = 0;
+  std::vector<int32_t> ends = cuts;
+  ends.push_back(n);
+  for (int32_t end : ends) {
+    if (end <= at) continue;
+    ks.emplace_back(kv.begin() + at * kv_stride, kv.begin() + end * kv_stride);
+    vs.emplace_back(vv.begin() + at * kv_stride, vv.begin() + end * kv_stride);
+    segs.push_back({ks.back().data(), vs.back().data(), end - at});
+    at = end;
+  }
+  const int32_t n_segs = static_cast<int32_t>(segs.size());
+  std::vector<float> scores(static_cast<size_t>(nq * n));
+  std::vector<float> want(static_cast<size_t>(nq * hd)), got(want.size(), NAN);
+  attend_group(q.data(), hd, nq, kv.data(), vv.data(), kv_stride, n, hd, scale, scores.data(),
+               want.data(), hd);
+  attend_group_segments(q.data(), hd, nq, segs.data(), n_segs, kv_stride, n, hd, scale,
+                        scores.data(), got.data(), hd);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i], want[i]) << simd_level() << " nq=" << nq << " n=" << n << " hd=" << hd
+                               << " i=" << i;
+  }
+  std::vector<float> ref_want(want.size()), ref_got(want.size(), NAN);
+  ref::attend_group(q.data(), hd, nq, kv.data(), vv.data(), kv_stride, n, hd, scale, scores.data(),
+                    ref_want.data(), hd);
+  ref::attend_group_segments(q.data(), hd, nq, segs.data(), n_segs, kv_stride, n, hd, scale,
+                             scores.data(), ref_got.data(), hd);
+  EXPECT_EQ(ref_got, ref_want) << "nq=" << nq << " n=" << n << " hd=" << hd;
+  std::vector<float> one(static_cast<size_t>(hd)), one_seg(one.size(), NAN);
+  ref::attend_one(q.data(), kv.data(), vv.data(), kv_stride, n, hd, scale, scores.data(),
+                  one.data());
+  ref::attend_one_segments(q.data(), segs.data(), n_segs, kv_stride, n, hd, scale, scores.data(),
+                           one_seg.data());
+  EXPECT_EQ(one, one_seg);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], ref_want[i], 1e-5f)
+        << simd_level() << " nq=" << nq << " n=" << n << " hd=" << hd << " i=" << i;
+  }
+}
+
+TEST(Attention, segmented_kv_is_bit_identical_to_contiguous_at_every_level) {
+  LevelGuard guard;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (int32_t hd : {64, 256, 24}) {
+      for (int32_t nq : {1, 3, 4, 8}) {
+        expect_segments_equal_contiguous(nq, 1, hd, {});
+        expect_segments_equal_contiguous(nq, 37, hd, {16, 32});
+        expect_segments_equal_contiguous(nq, 37, hd, {1, 2, 3, 17, 18});
+        expect_segments_equal_contiguous(nq, 100, hd, {5, 21, 37, 53, 69, 85});
+      }
+    }
+  }
+}
+
+TEST(Attention, the_scalar_level_runs_the_reference_and_the_others_their_own_kernel) {
+  LevelGuard guard;
+  ASSERT_TRUE(set_simd_level("scalar"));
+  EXPECT_EQ(active_attend_group(), &ref::attend_group_segments);
+  EXPECT_EQ(active_gelu_mul(), &ref::gelu_mul);
+  for (auto level : supported_simd_levels()) {
+    if (level == "scalar") continue;
+    ASSERT_TRUE(set_simd_level(level));
+    EXPECT_NE(active_attend_group(), &ref::attend_group_segments) << level;
+    EXPECT_NE(active_gelu_mul(), &ref::gelu_mul) << level;
+  }
+}
+
+TEST(Gelu, gelu_mul_is_bit_identical_to_the_table_per_element_at_every_level) {
+  LevelGuard guard;
+  // Covers the table range, both cut-offs exactly, the pass-through / zero regions and a tail
+  // shorter than a vector.
+  std::vector<float> gate = random_floats(1003, 7, 14.f);
+  gate[0] = -10.f;
+  gate[1] = 10.f;
+  gate[2] = 0.f;
+  gate[3] = -9.999f;
+  const std::vector<float> up = random_floats(gate.size(), 8, 2.f);
+  const GeluTable& gelu = gelu_table();
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    std::vector<float> got = gate;
+    gelu_mul(got.data(), up.data(), static_cast<int64_t>(got.size()));
+    for (size_t i = 0; i < gate.size(); ++i) {
+      ASSERT_EQ(got[i], gelu(gate[i]) * up[i]) << level << " i=" << i << " x=" << gate[i];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember::tensor
