@@ -46,6 +46,8 @@ struct ServeOptions {
   std::string system_prompt = text::kDefaultSystemPrompt;
   int max_tokens = 4096;
   bool no_web_ui = false;
+  bool reuse_port = false;
+  double handover_s = 1.0;
   int64_t kv_cache_bytes = int64_t{512} << 20;
   std::string warm_cache_dir;
   int64_t warm_cache_bytes = int64_t{256} << 20;
@@ -187,6 +189,15 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-web-ui", o.no_web_ui, "do not serve the chat page at /")
       ->envname("EMBER_NO_WEB_UI");
+  app.add_flag("--reuse-port", o.reuse_port,
+               "share the port with a successor (SO_REUSEPORT; `ember restart`): listen once "
+               "the model is loaded, hand new connections over at drain")
+      ->envname("EMBER_REUSE_PORT");
+  app.add_option("--handover", o.handover_s,
+                 "seconds a draining --reuse-port server still takes connections queued to it")
+      ->envname("EMBER_HANDOVER_S")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
   app.add_option("--kv-cache-bytes", o.kv_cache_bytes,
                  "KV bytes the prefix cache keeps for reuse by later requests (0: no cache)")
       ->envname("EMBER_KV_CACHE_BYTES")
@@ -226,6 +237,8 @@ int cmd_serve(int argc, char** argv) {
   so.cors_origins = o.cors_origins;
   so.default_max_tokens = o.max_tokens;
   so.web_ui = !o.no_web_ui;
+  so.reuse_port = o.reuse_port;
+  so.handover = ms(o.handover_s);
   server::Server srv(so);
   auto port = srv.listen();
   if (!port) {
@@ -233,8 +246,9 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   srv.start();
-  std::fprintf(stderr, "ember: listening on http://%s:%u%s\n", o.host.c_str(), unsigned{*port},
-               so.web_ui ? "  (chat page at /)" : "");
+  std::fprintf(stderr, "ember: listening on http://%s:%u%s%s\n", o.host.c_str(), unsigned{*port},
+               so.web_ui ? "  (chat page at /)" : "",
+               so.reuse_port ? "  (--reuse-port: connections taken once the model is loaded)" : "");
   std::fflush(stderr);
 
   // The model loads while the listener already answers (/health: loading; completions: 503).
