@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 from conftest import Server, connect, parse_response, send_request, wait_for
