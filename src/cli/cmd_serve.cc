@@ -1,96 +1,113 @@
-// `ember serve`: the OpenAI-compatible HTTP server with the engine in this process (the
-// subprocess engine is a later step). The listener comes up first and the model loads after,
-// so /health answers "loading" meanwhile. The CLI11 declarations below are the settings table:
-// flag, environment variable, default and help for each option.
+// `ember serve`: the OpenAI-compatible HTTP server (the front, DESIGN.md §4). The engine runs in
+// a worker process (`--engine subprocess`, the default: `ember engine`, supervised and
+// restarted by worker::SubprocessEngineClient) or in this process (`--engine in-process`).
+// The listener comes up first and the model loads after, so /health answers "loading"
+// meanwhile. Settings come from two tables (cli/serve_settings.h, worker/engine_settings.h).
+//
+// Signals: SIGINT/SIGTERM arrive through a self-pipe on a thread of their own, which outlives
+// the HTTP threads: the first begins the drain; a second — at any moment, also while the
+// server joins its threads or runs the worker's stop ladder — kills the worker's process group
+// and exits at once (130 for SIGINT, 143 for SIGTERM). systemd: READY=1 once the model is
+// loaded, STOPPING=1 on drain, WATCHDOG=1 while the engine makes progress, STATUS= lines.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/model_path.h"
-#include "engine/engine.h"
-#include "gguf/reader.h"
-#include "model/backend.h"
+#include "cli/serve_settings.h"
+#include "cli/settings_cli.h"
+#include "cli/stop_report.h"
+#include "process/child.h"
+#include "process/pid_file.h"
+#include "process/sd_notify.h"
+#include "process/signal_pipe.h"
 #include "server/server.h"
 #include "text/text_codec.h"
-#include "text/tokenizer.h"
+#include "worker/engine_settings.h"
 #include "worker/inprocess_client.h"
+#include "worker/subprocess_client.h"
 
 namespace ember::cli {
 namespace {
 
-struct ServeOptions {
-  std::string model = "default";
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int threads = 0;
-  int ctx_size = 0;
-  int max_sequences = 8;
-  int max_queued = 64;
-  double drain_timeout_s = 30;
-  std::string api_key;
-  std::vector<std::string> served_model_names;
-  int64_t max_body_bytes = 4 << 20;
-  double header_timeout_s = 10;
-  double body_timeout_s = 30;
-  double write_timeout_s = 30;
-  int io_threads = 2;
-  double stall_limit_s = 60;
-  std::string log_level = "info";
-  std::vector<std::string> cors_origins;
-  std::string system_prompt = text::kDefaultSystemPrompt;
-  int max_tokens = 4096;
-  bool no_web_ui = false;
-  bool reuse_port = false;
-  double handover_s = 1.0;
-  int64_t kv_cache_bytes = int64_t{512} << 20;
-  std::string warm_cache_dir;
-  int64_t warm_cache_bytes = int64_t{256} << 20;
-};
+using Ms = std::chrono::milliseconds;
 
-std::chrono::milliseconds ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+Ms ms(double seconds) {
+  return Ms(static_cast<int64_t>(seconds * 1000));
 }
 
-Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
-  EMBER_TRY(std::string path, resolve_model_path(o.model));
-  EMBER_TRY(gguf::File file, gguf::File::open(path));
-  auto shared = std::make_shared<const gguf::File>(std::move(file));
-  EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
-  EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
-  std::shared_ptr<const text::Tokenizer> tokenizer(std::move(tok));
-  model::LoadOptions lo;
-  lo.n_threads = o.threads;
-  lo.n_ctx = o.ctx_size;
-  EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
-  const model::ModelConfig cfg = backend->config();
-  EMBER_TRY(auto codec, text::TextCodec::create(tokenizer, {cfg.arch_name, o.system_prompt}));
+// The engine client, reachable from the signal thread before and after the server has it.
+struct EngineHolder {
+  std::mutex mu;
+  std::shared_ptr<worker::EngineClient> client;
+  void set(std::shared_ptr<worker::EngineClient> c) {
+    std::lock_guard lock(mu);
+    client = std::move(c);
+  }
+  std::shared_ptr<worker::EngineClient> get() {
+    std::lock_guard lock(mu);
+    return client;
+  }
+};
 
-  engine::EngineOptions eo;
-  eo.max_sequences = o.max_sequences;
-  eo.max_queued = o.max_queued;
-  eo.eog_tokens = codec->eog_tokens();
-  eo.prefix_cache_bytes = o.kv_cache_bytes;
-  eo.warm.dir = o.warm_cache_dir;
-  eo.warm.max_bytes = o.warm_cache_bytes;
+Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& o,
+                                                           const worker::EngineSettings& es,
+                                                           const std::vector<int32_t>& eog,
+                                                           EngineHolder& holder) {
+  if (o.engine == "in-process") {
+    EMBER_TRY(auto loaded, worker::load_model(es, eog));
+    auto c = std::make_shared<worker::InProcessEngineClient>(loaded.backend, loaded.options);
+    holder.set(c);
+    return std::shared_ptr<worker::EngineClient>(c);
+  }
+  worker::SubprocessOptions so;
+  // The very binary this front runs (even after it was replaced on disk): the worker must speak
+  // the same protocol version, also when it is restarted hours later.
+  so.argv = {"/proc/self/exe",           "engine",      "--parent-pid",
+             std::to_string(::getpid()), "--log-level", o.log_level};
+  for (const auto& f : o.test_worker_flags) so.argv.push_back(f);
+  so.settings = worker::engine_settings_table().dump(es);
+  so.eog_tokens = eog;
+  so.ladder.eof_wait = ms(o.engine_drain_s);
+  so.ladder.term_wait = ms(o.engine_term_wait_s);
+  so.backoff_initial = ms(o.restart_backoff_s);
+  so.event_queue_capacity = es.event_queue_capacity;
+  auto c = worker::SubprocessEngineClient::start(std::move(so));
+  holder.set(c);
+  EMBER_TRY(auto info, c->wait_first_load(std::chrono::hours(1)));
+  (void)info;
+  return std::shared_ptr<worker::EngineClient>(c);
+}
+
+Result<std::shared_ptr<server::ServedModel>> load(const ServeSettings& o, worker::EngineSettings es,
+                                                  EngineHolder& holder) {
+  const std::string asked = es.model;  // a path, or a named model (cli/model_path.h)
+  EMBER_TRY(es.model, resolve_model_path(es.model));
+  EMBER_TRY(auto codec, worker::load_text_codec(es.model, o.system_prompt));
+  EMBER_TRY(auto engine, start_engine(o, es, codec->eog_tokens(), holder));
+  const worker::ModelInfo& info = engine->model_info();
   auto served = std::make_shared<server::ServedModel>();
-  served->engine = std::make_shared<worker::InProcessEngineClient>(
-      std::shared_ptr<model::Backend>(std::move(backend)), eo);
-  served->text = std::shared_ptr<const text::TextCodec>(std::move(codec));
+  served->engine = engine;
+  served->text = codec;
   if (!o.served_model_names.empty()) {
     served->names = o.served_model_names;
   } else {
-    served->names.push_back(!cfg.name.empty() ? cfg.name
-                                              : std::filesystem::path(path).stem().string());
+    served->names.push_back(!info.name.empty() ? info.name
+                                               : std::filesystem::path(es.model).stem().string());
   }
   // A model given by name (or the default) also answers to its name, e.g. smollm2-135m.
-  if (const NamedModel* nm = find_named_model(o.model);
-      nm && path != o.model && o.served_model_names.empty()) {
+  if (const NamedModel* nm = find_named_model(asked);
+      nm && es.model != asked && o.served_model_names.empty()) {
     served->names.insert(served->names.begin(), nm->name);
   }
   if (std::find(served->names.begin(), served->names.end(), "default") == served->names.end()) {
@@ -102,143 +119,74 @@ Result<std::shared_ptr<server::ServedModel>> load_model(const ServeOptions& o) {
   return served;
 }
 
+void notify(const process::SdNotifier& n, const std::string& state) {
+  if (auto st = n.notify(state); !st) log::warn("ember: sd_notify: {}", st.message());
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over the OpenAI-compatible HTTP API", "ember serve"};
-  ServeOptions o;
-  app.add_option("-m,--model", o.model, "GGUF file, or a model name (ember models lists them)")
-      ->envname("EMBER_MODEL")
-      ->capture_default_str();
-  app.add_option("--host", o.host, "address to listen on")
-      ->envname("EMBER_HOST")
-      ->capture_default_str();
-  app.add_option("--port", o.port, "TCP port (0: an ephemeral port, printed at start)")
-      ->envname("EMBER_PORT")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "compute threads (0: all cores)")
-      ->envname("EMBER_THREADS")
-      ->capture_default_str();
-  app.add_option("-c,--ctx-size", o.ctx_size, "context size (0: min(model's, 4096))")
-      ->envname("EMBER_CTX_SIZE")
-      ->capture_default_str();
-  app.add_option("--max-sequences", o.max_sequences, "sequences decoded together at most")
-      ->envname("EMBER_MAX_SEQUENCES")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  app.add_option("--max-queued", o.max_queued,
-                 "requests waiting for admission at most; beyond: 429 with Retry-After")
-      ->envname("EMBER_MAX_QUEUED")
-      ->check(CLI::Range(0, 100000))
-      ->capture_default_str();
-  app.add_option("--drain-timeout", o.drain_timeout_s,
-                 "seconds in-flight requests may keep running after SIGTERM/SIGINT")
-      ->envname("EMBER_DRAIN_TIMEOUT")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1 routes")
-      ->envname("EMBER_API_KEY");
-  app.add_option("--served-model-name", o.served_model_names,
-                 "model names clients may ask for (default: the GGUF's general.name); "
-                 "'default' is always accepted")
-      ->envname("EMBER_SERVED_MODEL_NAME");
-  app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body; beyond: 413")
-      ->envname("EMBER_MAX_BODY_BYTES")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32))
-      ->capture_default_str();
-  app.add_option("--header-timeout", o.header_timeout_s,
-                 "seconds to receive a whole request head (defeats slow-loris clients)")
-      ->envname("EMBER_HEADER_TIMEOUT")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--body-timeout", o.body_timeout_s, "seconds to receive a whole request body")
-      ->envname("EMBER_BODY_TIMEOUT")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--write-timeout", o.write_timeout_s,
-                 "seconds one write of an answer may take; a client that stops reading is "
-                 "cancelled as a slow consumer")
-      ->envname("EMBER_WRITE_TIMEOUT")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--io-threads", o.io_threads, "HTTP threads")
-      ->envname("EMBER_IO_THREADS")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  app.add_option("--stall-limit", o.stall_limit_s,
-                 "seconds the engine may make no progress with work pending before /health "
-                 "reports unhealthy")
-      ->envname("EMBER_STALL_LIMIT")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--cors-origins", o.cors_origins,
-                 "origins browsers may call from (CORS), e.g. https://app.example; '*': any; "
-                 "default: none")
-      ->envname("EMBER_CORS_ORIGINS")
-      ->delimiter(',');
-  app.add_option("--system-prompt", o.system_prompt,
-                 "system prompt for chats that bring none (\"\": none)")
-      ->envname("EMBER_SYSTEM_PROMPT")
-      ->capture_default_str();
-  app.add_option("--max-tokens", o.max_tokens,
-                 "most tokens generated for a request that sets no max_tokens (the context "
-                 "bounds every request)")
-      ->envname("EMBER_MAX_TOKENS")
-      ->check(CLI::Range(1, 1 << 30))
-      ->capture_default_str();
-  app.add_flag("--no-web-ui", o.no_web_ui, "do not serve the chat page at /")
-      ->envname("EMBER_NO_WEB_UI");
-  app.add_flag("--reuse-port", o.reuse_port,
-               "share the port with a successor (SO_REUSEPORT; `ember restart`): listen once "
-               "the model is loaded, hand new connections over at drain")
-      ->envname("EMBER_REUSE_PORT");
-  app.add_option("--handover", o.handover_s,
-                 "seconds a draining --reuse-port server still takes connections queued to it")
-      ->envname("EMBER_HANDOVER_S")
-      ->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
-  app.add_option("--kv-cache-bytes", o.kv_cache_bytes,
-                 "KV bytes the prefix cache keeps for reuse by later requests (0: no cache)")
-      ->envname("EMBER_KV_CACHE_BYTES")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
-      ->capture_default_str();
-  app.add_option("--warm-cache-dir", o.warm_cache_dir,
-                 "directory for the warm-state file: the hottest cached KV is saved there on "
-                 "graceful exit and loaded at start (empty: off)")
-      ->envname("EMBER_WARM_CACHE_DIR");
-  app.add_option("--warm-cache-bytes", o.warm_cache_bytes,
-                 "KV bytes written to the warm-state file at most")
-      ->envname("EMBER_WARM_CACHE_BYTES")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
-      ->capture_default_str();
-  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")
-      ->envname("EMBER_LOG_LEVEL")
-      ->capture_default_str();
+  ServeSettings o;
+  worker::EngineSettings es;
+  es.model = "default";
+  bind_settings(app, worker::engine_settings_table(), es);
+  bind_settings(app, serve_settings_table(), o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!validate_or_report(serve_settings_table(), o, "ember serve") ||
+      !validate_or_report(worker::engine_settings_table(), es, "ember serve")) {
+    return 2;
+  }
+  if (o.engine != "subprocess" && o.engine != "in-process") {
+    std::fprintf(stderr, "ember serve: --engine %s: expected 'subprocess' or 'in-process'\n",
+                 o.engine.c_str());
+    return 2;
+  }
   log::init(o.log_level);
+  log::info("ember serve: settings: {} {}", worker::engine_settings_table().describe(es),
+            serve_settings_table().describe(o));
   std::signal(SIGPIPE, SIG_IGN);
+  auto sig = process::SignalPipe::install({SIGINT, SIGTERM});
+  if (!sig) {
+    std::fprintf(stderr, "ember serve: %s\n", sig.message().c_str());
+    return 1;
+  }
+  process::PidFile pid_file;
+  if (!o.pid_file.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(stop_report_path(o.pid_file), ec);
+    auto pf = process::PidFile::create(o.pid_file);
+    if (!pf) {
+      std::fprintf(stderr, "ember serve: %s\n", pf.message().c_str());
+      return 1;
+    }
+    pid_file = std::move(*pf);
+  }
+  process::SdNotifier notifier(o.notify_socket);
 
   server::ServerOptions so;
   so.host = o.host;
   so.port = static_cast<uint16_t>(o.port);
   so.io_threads = o.io_threads;
   so.api_key = o.api_key;
+  so.admin_key = o.admin_key;
   so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   so.header_timeout = ms(o.header_timeout_s);
   so.body_timeout = ms(o.body_timeout_s);
   so.write_timeout = ms(o.write_timeout_s);
-  so.drain_timeout = ms(o.drain_timeout_s);
-  so.stall_limit = ms(o.stall_limit_s);
   so.cors_origins = o.cors_origins;
   so.default_max_tokens = o.max_tokens;
   so.web_ui = !o.no_web_ui;
+  so.drain_timeout = ms(o.drain_timeout_s);
+  so.cutoff_grace = ms(o.cutoff_grace_s);
+  so.stall_limit = ms(o.stall_limit_s);
   so.reuse_port = o.reuse_port;
   so.handover = ms(o.handover_s);
+  so.handle_signals = false;  // the signal thread below
   server::Server srv(so);
   auto port = srv.listen();
   if (!port) {
@@ -250,23 +198,67 @@ int cmd_serve(int argc, char** argv) {
                so.web_ui ? "  (chat page at /)" : "",
                so.reuse_port ? "  (--reuse-port: connections taken once the model is loaded)" : "");
   std::fflush(stderr);
+  notify(notifier, "STATUS=loading the model");
+
+  EngineHolder holder;
+  std::atomic<bool> quit{false};
+  std::thread signals([&] {
+    int count = 0;
+    const Ms watchdog = o.watchdog_usec > 0 ? Ms(o.watchdog_usec / 2000) : Ms(0);
+    const Ms tick = watchdog.count() > 0 ? std::min(Ms(200), watchdog) : Ms(200);
+    auto next_ping = std::chrono::steady_clock::now();
+    while (!quit.load()) {
+      auto s = (*sig)->wait(tick);
+      if (watchdog.count() > 0 && std::chrono::steady_clock::now() >= next_ping) {
+        next_ping = std::chrono::steady_clock::now() + watchdog;
+        if (srv.healthy()) notify(notifier, "WATCHDOG=1");  // progress, not mere liveness
+      }
+      if (!s) continue;
+      const char* name = *s == SIGINT ? "SIGINT" : "SIGTERM";
+      if (++count == 1) {
+        log::info("ember: {}: draining (a second signal exits at once)", name);
+        notify(notifier, "STOPPING=1\nSTATUS=draining");
+        srv.begin_drain();
+        continue;
+      }
+      std::fprintf(stderr, "ember: second signal (%s): killing the engine and exiting now\n", name);
+      std::fflush(stderr);
+      if (auto c = holder.get()) c->kill_now();
+      std::_Exit(*s == SIGINT ? 130 : 128 + *s);
+    }
+  });
 
   // The model loads while the listener already answers (/health: loading; completions: 503).
   std::thread loader([&] {
-    auto loaded = load_model(o);
+    auto loaded = load(o, es, holder);
     if (!loaded) {
       std::fprintf(stderr, "ember serve: %s\n", loaded.message().c_str());
       srv.set_load_failed(loaded.message());
       return;
     }
     srv.set_model(*loaded);
-    std::fprintf(stderr, "ember: model loaded; ready (names: %s)\n",
-                 fmt::format("{}", fmt::join((*loaded)->names, ", ")).c_str());
+    std::fprintf(stderr, "ember: model loaded; ready (names: %s; engine: %s)\n",
+                 fmt::format("{}", fmt::join((*loaded)->names, ", ")).c_str(), o.engine.c_str());
     std::fflush(stderr);
+    notify(notifier, "READY=1\nSTATUS=serving");
   });
-  int code = srv.wait();
+  int code = srv.wait();                     // drained; the engine shut down (the stop ladder ran)
+  if (auto c = holder.get()) c->shutdown();  // a drain while the model was still loading
   loader.join();
-  std::fprintf(stderr, "ember: stopped (exit %d)\n", code);
+  std::string engine_stop = holder.get() ? holder.get()->stop_description() : "never started";
+  auto report = srv.drain_report();
+  std::fprintf(stderr,
+               "ember: stopped (exit %d): %d request(s) in flight at the drain, %d drained, "
+               "%d cancelled; engine: %s\n",
+               code, report.in_flight, report.in_flight - report.cancelled, report.cancelled,
+               engine_stop.c_str());
+  if (!o.pid_file.empty()) {
+    auto st = write_stop_report(stop_report_path(o.pid_file),
+                                {code, report.in_flight, report.cancelled, engine_stop});
+    if (!st) log::warn("ember: stop report: {}", st.message());
+  }
+  quit = true;
+  signals.join();
   return code;
 }
 

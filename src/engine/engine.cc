@@ -336,6 +336,18 @@ void Engine::cancel(uint64_t id, CancelCause cause) {
   impl_->cv.notify_all();
 }
 
+int Engine::cancel_all(CancelCause cause) {
+  if (cause == CancelCause::None) cause = CancelCause::Client;
+  std::lock_guard lk(impl_->mu);
+  int n = 0;
+  for (auto& [id, r] : impl_->registry) {
+    int expected = 0;
+    if (r->ext_cause.compare_exchange_strong(expected, static_cast<int>(cause))) n++;
+  }
+  impl_->cv.notify_all();
+  return n;
+}
+
 std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) const {
   using K = SubmitError::Kind;
   auto bad = [](K k, std::string m) { return SubmitError{k, std::move(m)}; };

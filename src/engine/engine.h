@@ -153,6 +153,8 @@ class Engine {
 
   SubmitResult submit(GenerateRequest req);
   void cancel(uint64_t id, CancelCause cause = CancelCause::Client);
+  // Cancels every queued or active request (the drain deadline); returns how many.
+  int cancel_all(CancelCause cause);
   void signal_shutdown();  // idempotent; in-flight requests end `cancelled` (shutdown)
   void set_hooks(GenHooks hooks);
   // Warm state by hand (the constructor and the thread's end do it when EngineOptions::warm

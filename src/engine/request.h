@@ -53,6 +53,9 @@ class TokenConstraint {
   virtual bool complete() const = 0;
   // An independent copy in the same state, for a choice forked from this one (n > 1).
   virtual std::unique_ptr<TokenConstraint> clone() const = 0;
+  // The source it was built from, for rebuilding it in another process (the worker protocol
+  // carries this; worker/constraint.h builds both). Empty: it cannot cross a process boundary.
+  virtual std::string spec() const { return {}; }
 };
 
 struct GenerateRequest {
@@ -109,6 +112,9 @@ struct DoneEvent {
   Usage usage;
   Timings timings;
   std::string message;  // for Error (and a human-readable note for Cancelled)
+  // Error only: the work was lost, not wrong (the subprocess client's worker died); a retry
+  // may succeed, so the server answers 503 engine_restarting.
+  bool retryable = false;
 };
 
 using Event = std::variant<TokenEvent, DoneEvent>;

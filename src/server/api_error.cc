@@ -32,6 +32,8 @@ ErrorInfo error_info(ErrorKind kind) {
       return {503, "server_error", "model_loading", 5};
     case ErrorKind::Draining:
       return {503, "server_error", "shutting_down", 5};
+    case ErrorKind::EngineRestarting:
+      return {503, "server_error", "engine_restarting", 1};
     case ErrorKind::Timeout:
       return {408, "invalid_request_error", "request_timeout", 0};
   }
@@ -48,8 +50,8 @@ std::string error_body(const ApiError& e) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-ApiError from_submit_error(const engine::SubmitError& e) {
-  using K = engine::SubmitError::Kind;
+ApiError from_submit_error(const worker::SubmitError& e) {
+  using K = worker::SubmitError::Kind;
   switch (e.kind) {
     case K::Overloaded:
       return {ErrorKind::Overloaded, "server overloaded: " + e.message, {}};
@@ -59,6 +61,8 @@ ApiError from_submit_error(const engine::SubmitError& e) {
       return {ErrorKind::InvalidRequest, e.message, {}};
     case K::ShuttingDown:
       return {ErrorKind::Draining, "server is shutting down: " + e.message, {}};
+    case K::EngineUnavailable:
+      return {ErrorKind::EngineRestarting, e.message, {}};
   }
   return {ErrorKind::Internal, e.message, {}};
 }

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/engine.h"
+#include "worker/types.h"
 
 namespace ember::server {
 
@@ -25,6 +25,7 @@ enum class ErrorKind {
   Internal,          // 500
   NotReady,          // 503 + Retry-After: model still loading
   Draining,          // 503 + Retry-After: shutting down, or cut off by the drain deadline
+  EngineRestarting,  // 503 + Retry-After: the engine worker died and is being restarted
   Timeout,           // 408: request header/body not received in time
 };
 
@@ -48,6 +49,6 @@ ErrorInfo error_info(ErrorKind kind);
 std::string error_body(const ApiError& e);
 
 // An engine submit failure in API terms.
-ApiError from_submit_error(const engine::SubmitError& e);
+ApiError from_submit_error(const worker::SubmitError& e);
 
 }  // namespace ember::server

@@ -65,7 +65,7 @@ struct Watch {
   bool half_closed = false;  // EOF: the client sends no more; it may still want the answer
   bool discarded = false;    // pipelined bytes past the cap were dropped: close after answering
   bool may_probe = false;    // HTTP/1.1 and nothing written yet: an interim 100 is allowed
-  std::optional<engine::CancelCause> cause;  // why the server cancelled (first reason wins)
+  std::optional<worker::CancelCause> cause;  // why the server cancelled (first reason wins)
   asio::steady_timer probe_timer;
   std::array<char, 4096> sink;  // where pipelined bytes past the cap go
 };
@@ -88,7 +88,7 @@ bool socket_failed(tcp::socket& s) {
 void client_left(Watch& w, const std::function<void()>& on_gone, std::string_view why) {
   log::debug("ember: client gone: {}", why);
   w.client_gone = true;
-  if (!w.cause) w.cause = engine::CancelCause::Client;
+  if (!w.cause) w.cause = worker::CancelCause::Client;
   on_gone();
 }
 
@@ -174,41 +174,35 @@ std::string new_id(Endpoint e) {
   return fmt::format("{}{:016x}", e == Endpoint::Chat ? "chatcmpl-" : "cmpl-", rng());
 }
 
-// Keeps the in-flight count and the request registry (for the drain cut-off) honest on every
-// exit path.
+// Keeps the in-flight count honest on every exit path. Which requests the engine is running is
+// the EngineClient's bookkeeping (the drain deadline asks it to cancel them all).
 struct InFlight {
   Server::Impl& s;
-  std::vector<uint64_t> ids;
   explicit InFlight(Server::Impl& srv) : s(srv) { s.in_flight++; }
-  void register_id(uint64_t rid) {
-    ids.push_back(rid);
-    std::lock_guard lock(s.reg_mu);
-    s.requests.insert(rid);
-  }
-  ~InFlight() {
-    {
-      std::lock_guard lock(s.reg_mu);
-      for (uint64_t id : ids) s.requests.erase(id);
-    }
-    s.in_flight--;
-  }
+  ~InFlight() { s.in_flight--; }
 };
 
-TokenLogprob to_logprob(const text::TextCodec& text, const engine::TokenEvent& t) {
+TokenLogprob to_logprob(const text::TextCodec& text, const worker::TokenEvent& t) {
   TokenLogprob lp{text.token_text(t.id), t.logprob, {}};
   for (const auto& [id, p] : t.top) lp.top.emplace_back(text.token_text(id), p);
   return lp;
 }
 
-ApiError cancelled_error(engine::CancelCause cause) {
-  if (cause == engine::CancelCause::Shutdown) {
+ApiError cancelled_error(worker::CancelCause cause) {
+  if (cause == worker::CancelCause::Shutdown) {
     return {ErrorKind::Draining,
             "request cancelled: the server is shutting down and the drain deadline passed",
             {}};
   }
   return {ErrorKind::Internal,
-          fmt::format("request cancelled ({})", engine::cancel_cause_name(cause)),
+          fmt::format("request cancelled ({})", worker::cancel_cause_name(cause)),
           {}};
+}
+
+// A request that ended in an engine error: lost with a dying worker (503, retry) or failed.
+ApiError engine_error(const worker::DoneEvent& d) {
+  if (d.retryable) return {ErrorKind::EngineRestarting, d.message, {}};
+  return {ErrorKind::Internal, "generation failed: " + d.message, {}};
 }
 
 std::string new_call_id() {
@@ -221,7 +215,7 @@ struct Prepared {
   CompletionRequest r;
   std::vector<std::vector<int32_t>> prompts;  // one per prompt (chat: one)
   std::vector<std::string> echo;              // completions echo: each prompt's text
-  std::shared_ptr<engine::TokenConstraint> constraint;
+  std::shared_ptr<worker::TokenConstraint> constraint;
   bool parse_tools = false;
   const char* prompt_param = "messages";
 };
@@ -274,7 +268,7 @@ std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, En
     p.parse_tools = use_tools;
     auto c = make_constraint(p.r, text);
     if (auto* e = std::get_if<ApiError>(&c)) return *e;
-    p.constraint = std::get<std::shared_ptr<engine::TokenConstraint>>(c);
+    p.constraint = std::get<std::shared_ptr<worker::TokenConstraint>>(c);
   } else {
     p.prompt_param = "prompt";
     for (const Prompt& pr : p.r.prompts) {
@@ -293,7 +287,7 @@ std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, En
 // One choice of the answer: its engine stream and its own text pipeline.
 struct Choice {
   uint32_t index = 0;
-  std::shared_ptr<engine::EventStream> stream;
+  std::shared_ptr<worker::EventStream> stream;
   uint64_t rid = 0;
   std::optional<text::IncrementalDetokenizer> detok;
   std::optional<StopMatcher> stop;
@@ -302,7 +296,7 @@ struct Choice {
   std::vector<ToolCallOut> calls;
   std::vector<TokenLogprob> lps;  // streaming: since the last chunk; otherwise: all
   bool stopped_by_string = false;
-  std::optional<engine::DoneEvent> done;
+  std::optional<worker::DoneEvent> done;
   int32_t n_generated = 0;
 };
 
@@ -343,7 +337,7 @@ void emit(const ResponseContext& ctx, Choice& ch, std::string_view piece, bool a
 
 std::string finish_reason(const ResponseContext& ctx, const Choice& ch) {
   if (ch.stopped_by_string) return "stop";
-  std::string reason(engine::finish_reason_name(ch.done->reason));
+  std::string reason(worker::finish_reason_name(ch.done->reason));
   if (!ch.calls.empty() && reason == "stop") {
     return ctx.legacy_functions ? "function_call" : "tool_calls";
   }
@@ -378,13 +372,13 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   // No CancelOnDrop here: a handler torn down early (an exception, the io_context destroyed)
   // drops the choices' streams, and a dropped stream is a cancel the engine sees at its next
   // poll (engine test dropping_the_stream_cancels_the_request_and_frees_its_slot).
-  engine::CancelToken token = engine::CancelToken::make();
+  worker::CancelToken token = worker::CancelToken::make();
   auto wake = std::make_shared<Wake>(c->stream.get_executor());
   auto engine_client = model->engine;
   std::vector<Choice> choices;
   std::optional<ApiError> submit_error;
   for (size_t i = 0; i < p.prompts.size() && !submit_error; ++i) {
-    engine::GenerateRequest g;
+    worker::GenerateRequest g;
     g.prompt = std::move(p.prompts[i]);
     g.sampling = r.sampling;
     // No max_tokens: the server's cap (--max-tokens) bounds it; the engine clips either to the
@@ -400,7 +394,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       if (submit_error->kind == ErrorKind::ContextTooLong) submit_error->param = prompt_param;
       break;
     }
-    std::vector<std::shared_ptr<engine::EventStream>> streams = {sub.stream};
+    std::vector<std::shared_ptr<worker::EventStream>> streams = {sub.stream};
     streams.insert(streams.end(), sub.forks.begin(), sub.forks.end());
     for (auto& st : streams) {
       Choice ch;
@@ -410,7 +404,6 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       ch.detok.emplace(model->text->detokenizer());
       ch.stop.emplace(r.stop);
       if (p.parse_tools) ch.tools.emplace(model->text->tool_format());
-      in_flight.register_id(ch.rid);
       std::weak_ptr<Wake> weak = wake;
       auto ex = c->stream.get_executor();
       st->set_waker([weak, ex] {
@@ -421,25 +414,25 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   }
   if (submit_error) {
     token.cancel();  // what was already submitted ends at its next poll
-    for (auto& ch : choices) engine_client->cancel(ch.rid, engine::CancelCause::Client);
+    for (auto& ch : choices) engine_client->cancel(ch.rid, worker::CancelCause::Client);
     Reply reply = error_reply(*submit_error);
     co_return co_await send_reply(s, *c, req, route, reply);
   }
   s.metrics.add_prompt_tokens(static_cast<uint64_t>(n_prompt_total));
   // The drain may have cut off before these ids were registered.
   if (s.cut_off) {
-    for (auto& ch : choices) engine_client->cancel(ch.rid, engine::CancelCause::Shutdown);
+    for (auto& ch : choices) engine_client->cancel(ch.rid, worker::CancelCause::Shutdown);
   }
 
   auto watch = std::make_shared<Watch>(c->stream.get_executor());
   watch->may_probe = !r.stream && req.version() >= 11;
   std::vector<uint64_t> rids;
   for (auto& ch : choices) rids.push_back(ch.rid);
-  auto cancel_for = [token, engine_client, rids](engine::CancelCause cause) {
+  auto cancel_for = [token, engine_client, rids](worker::CancelCause cause) {
     token.cancel();
     for (uint64_t rid : rids) engine_client->cancel(rid, cause);
   };
-  arm_watch(c, watch, wake, [cancel_for] { cancel_for(engine::CancelCause::Client); });
+  arm_watch(c, watch, wake, [cancel_for] { cancel_for(worker::CancelCause::Client); });
 
   ResponseContext ctx{endpoint,
                       new_id(endpoint),
@@ -460,8 +453,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     c->stream.expires_never();
     if (!ec || write_failed) return;
     write_failed = true;
-    auto cause = ec == beast::error::timeout ? engine::CancelCause::SlowConsumer
-                                             : engine::CancelCause::Client;
+    auto cause = ec == beast::error::timeout ? worker::CancelCause::SlowConsumer
+                                             : worker::CancelCause::Client;
     log::debug("ember: write failed ({}): cancelling", ec.message());
     if (!watch->cause) watch->cause = cause;
     cancel_for(cause);
@@ -507,11 +500,11 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       while (!ch.done) {
         auto ev = ch.stream->try_next();
         if (!ev) break;
-        if (auto* d = std::get_if<engine::DoneEvent>(&*ev)) {
+        if (auto* d = std::get_if<worker::DoneEvent>(&*ev)) {
           ch.done = *d;
           break;
         }
-        const auto& t = std::get<engine::TokenEvent>(*ev);
+        const auto& t = std::get<worker::TokenEvent>(*ev);
         auto now = Clock::now();
         if (!last_token) {
           s.metrics.observe_ttft(std::chrono::duration<double>(now - t0).count());
@@ -526,7 +519,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
         auto step = ch.stop->push(ch.detok->push(t.id));
         if (step.stopped) {
           ch.stopped_by_string = true;
-          engine_client->cancel(ch.rid, engine::CancelCause::Client);
+          engine_client->cancel(ch.rid, worker::CancelCause::Client);
         }
         emit(ctx, ch, step.emit, false, r.stream, r.logprobs, events);
       }
@@ -554,18 +547,18 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   const Choice* cancelled = nullptr;
   const Choice* failed = nullptr;
-  engine::Usage usage;
+  worker::Usage usage;
   usage.prompt_tokens = n_prompt_total;
   for (auto& ch : choices) {
     usage.completion_tokens += std::max(ch.done->usage.completion_tokens, ch.n_generated);
     usage.cached_tokens += ch.done->usage.cached_tokens;  // each prompt's first choice reports it
-    if (ch.done->reason == engine::FinishReason::Cancelled && !ch.stopped_by_string) {
+    if (ch.done->reason == worker::FinishReason::Cancelled && !ch.stopped_by_string) {
       if (!cancelled) cancelled = &ch;
-    } else if (ch.done->reason == engine::FinishReason::Error && !failed) {
+    } else if (ch.done->reason == worker::FinishReason::Error && !failed) {
       failed = &ch;
     }
     if (ch.done->timings.cancel_ms >= 0) {
-      s.metrics.observe_cancel_latency(engine::cancel_phase_name(ch.done->timings.cancel_phase),
+      s.metrics.observe_cancel_latency(worker::cancel_phase_name(ch.done->timings.cancel_phase),
                                        ch.done->timings.cancel_ms / 1000.0);
     }
   }
@@ -573,7 +566,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   // the engine had finished: counted with the server's cause.
   if (cancelled || watch->cause) {
     auto cause = watch->cause ? *watch->cause : cancelled->done->cause;
-    s.metrics.count_cancellation(engine::cancel_cause_name(cause));
+    s.metrics.count_cancellation(worker::cancel_cause_name(cause));
   }
 
   bool keep = false;
@@ -583,7 +576,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     if (cancelled) {
       events.push_back(error_event(cancelled_error(cancelled->done->cause)));
     } else if (failed) {
-      events.push_back(error_event({ErrorKind::Internal, failed->done->message, {}}));
+      events.push_back(error_event(engine_error(*failed->done)));
     } else if (r.include_usage) {
       events.push_back(chunk_usage(ctx, usage));
     }
@@ -607,8 +600,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     Reply reply = error_reply(cancelled_error(cancelled->done->cause));
     keep = co_await send_reply(s, *c, req, route, reply);
   } else if (failed) {
-    Reply reply =
-        error_reply({ErrorKind::Internal, "generation failed: " + failed->done->message, {}});
+    Reply reply = error_reply(engine_error(*failed->done));
     keep = co_await send_reply(s, *c, req, route, reply);
   } else {
     std::vector<ChoiceOut> outs;

@@ -167,6 +167,11 @@ std::string Metrics::render(const MetricsSnapshot& snap) const {
   fmt::format_to(it, "ember_engine_steps_total {}\n", snap.engine_steps);
   header(out, "ember_draining", "gauge", "1 while the server drains for shutdown.");
   fmt::format_to(it, "ember_draining {}\n", snap.draining ? 1 : 0);
+  header(out, "ember_worker_restarts_total", "counter",
+         "Engine worker processes restarted after an unexpected exit.");
+  fmt::format_to(it, "ember_worker_restarts_total {}\n", snap.worker_restarts);
+  header(out, "ember_engine_up", "gauge", "1 when the engine (worker) is running and loaded.");
+  fmt::format_to(it, "ember_engine_up {}\n", snap.engine_up ? 1 : 0);
   header(out, "ember_ready", "gauge", "1 when the server accepts completions.");
   fmt::format_to(it, "ember_ready {}\n", snap.ready ? 1 : 0);
   auto one = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {

@@ -10,7 +10,8 @@
 //   ember_kv_bytes                               gauge: KV memory of live sequences
 //   ember_queue_depth, ember_active_sequences, ember_in_flight_requests   gauges
 //   ember_engine_steps_total                     counter
-//   ember_draining, ember_ready                  gauges (0/1)
+//   ember_draining, ember_ready, ember_engine_up gauges (0/1)
+//   ember_worker_restarts_total                  counter (subprocess engine)
 //   ember_prefix_cache_{hits,misses,evictions}_total, ember_prefix_cache_cached_tokens_total
 //                                                counters; ember_prefix_cache_{blocks,bytes} gauges
 //   ember_warm_cache_blocks_loaded, ember_warm_cache_load_seconds, ember_warm_cache_save_seconds
@@ -52,7 +53,9 @@ struct MetricsSnapshot {
   uint64_t engine_steps = 0;
   bool draining = false;
   bool ready = false;
-  // Prefix cache and warm state (engine::EngineStats).
+  bool engine_up = false;
+  uint64_t worker_restarts = 0;
+  // Prefix cache and warm state (worker::EngineStats).
   uint64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0, cached_tokens = 0;
   int64_t cache_blocks = 0, cache_bytes = 0;
   int64_t warm_blocks_loaded = 0;

@@ -434,7 +434,7 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
   if (auto e = read_int(body, "max_completion_tokens", 1, INT32_MAX, &n)) return e;
   if (n) r->max_tokens = static_cast<int32_t>(*n);
 
-  engine::SamplingParams& s = r->sampling;
+  worker::SamplingParams& s = r->sampling;
   if (auto e = read_number(body, "temperature", 0, 2, &s.temperature)) return e;
   if (auto e = read_number(body, "top_p", 0, 1, &s.top_p)) return e;
   if (auto e = read_number(body, "min_p", 0, 1, &s.min_p)) return e;

@@ -15,8 +15,8 @@
 #include <variant>
 #include <vector>
 
-#include "engine/request.h"
 #include "server/api_error.h"
+#include "worker/types.h"
 
 namespace ember::server {
 
@@ -51,7 +51,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens
-  engine::SamplingParams sampling;
+  worker::SamplingParams sampling;
   std::vector<std::string> stop;
   bool logprobs = false;  // chat: logprobs=true; completion: logprobs=N (N >= 0)
   int32_t top_logprobs = 0;

@@ -68,7 +68,7 @@ json stream_chunk(const ResponseContext& c, json choice) {
 
 }  // namespace
 
-json usage_json(const engine::Usage& u) {
+json usage_json(const worker::Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
@@ -129,7 +129,7 @@ json chunk_final(const ResponseContext& c, uint32_t index, const std::string& fi
       c, {{"index", index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}});
 }
 
-json chunk_usage(const ResponseContext& c, const engine::Usage& u) {
+json chunk_usage(const ResponseContext& c, const worker::Usage& u) {
   json j = base(c, true);
   j["choices"] = json::array();
   j["usage"] = usage_json(u);
@@ -146,7 +146,7 @@ json error_event(const ApiError& e) {
 }
 
 json full_response(const ResponseContext& c, const std::vector<ChoiceOut>& choices,
-                   const engine::Usage& u) {
+                   const worker::Usage& u) {
   json j = base(c, false);
   j["choices"] = json::array();
   for (const ChoiceOut& ch : choices) {

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/request.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
+#include "worker/types.h"
 
 namespace ember::server {
 
@@ -57,12 +57,12 @@ nlohmann::json chunk_tool_call(const ResponseContext& c, uint32_t index, uint32_
                                const ToolCallOut& call, bool header, const std::string& fragment);
 nlohmann::json chunk_final(const ResponseContext& c, uint32_t index,
                            const std::string& finish_reason);
-nlohmann::json chunk_usage(const ResponseContext& c, const engine::Usage& u);
+nlohmann::json chunk_usage(const ResponseContext& c, const worker::Usage& u);
 nlohmann::json error_event(const ApiError& e);  // {"error": {...}} as an SSE event
 
 nlohmann::json full_response(const ResponseContext& c, const std::vector<ChoiceOut>& choices,
-                             const engine::Usage& u);
+                             const worker::Usage& u);
 
-nlohmann::json usage_json(const engine::Usage& u);
+nlohmann::json usage_json(const worker::Usage& u);
 
 }  // namespace ember::server

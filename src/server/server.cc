@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <future>
 
 #include "base/log.h"
 #include "server/server_impl.h"
@@ -110,6 +111,7 @@ void Server::Impl::on_signal(int signo) {
 void Server::Impl::start_drain() {
   g_stopping = true;  // from now on a signal exits at once
   is_draining = true;
+  drain_in_flight = in_flight.load();
   log::info("ember: draining: {} request(s) in flight, deadline in {} ms", in_flight.load(),
             opts.drain_timeout.count());
   std::vector<std::shared_ptr<Conn>> live;
@@ -174,15 +176,10 @@ asio::awaitable<void> Server::Impl::drain_loop() {
     auto step = drain.poll(Clock::now(), in_flight.load() + (handing_over ? 1 : 0));
     if (step.cut_off) {
       cut_off = true;
-      std::vector<uint64_t> ids;
-      {
-        std::lock_guard lock(reg_mu);
-        ids.assign(requests.begin(), requests.end());
-      }
-      log::warn("ember: drain deadline passed: cancelling {} request(s)", ids.size());
-      if (auto m = current_model()) {
-        for (uint64_t id : ids) m->engine->cancel(id, engine::CancelCause::Shutdown);
-      }
+      int n = 0;
+      if (auto m = current_model()) n = m->engine->cancel_all(worker::CancelCause::Shutdown);
+      drain_cancelled = n;
+      log::warn("ember: drain deadline passed: cancelled {} request(s)", n);
     }
     if (step.done) {
       log::info("ember: drain complete");
@@ -284,16 +281,22 @@ void Server::set_model(std::shared_ptr<ServedModel> model) {
   impl_->is_ready = true;
   Impl* s = impl_.get();
   if (s->opts.reuse_port) {
-    asio::post(*s->control, [s] {
-      if (s->listening || s->is_draining || !s->acceptor->is_open()) return;
-      if (auto st = s->open_listener(); !st) {
-        log::error("ember: {}", st.message());
-        s->finish(1);
-        return;
+    // Synchronous: once set_model returns (and the caller reports ready, e.g. to `ember
+    // restart`), this server is in the port's group, so a predecessor may hand over.
+    std::promise<void> joined;
+    asio::post(*s->control, [s, &joined] {
+      if (!s->listening && !s->is_draining && s->acceptor->is_open()) {
+        if (auto st = s->open_listener(); !st) {
+          log::error("ember: {}", st.message());
+          s->finish(1);
+        } else {
+          log::info("ember: listening (--reuse-port: joined the port's listeners)");
+          asio::co_spawn(*s->control, s->accept_loop(), asio::detached);
+        }
       }
-      log::info("ember: listening (--reuse-port: joined the port's listeners)");
-      asio::co_spawn(*s->control, s->accept_loop(), asio::detached);
+      joined.set_value();
     });
+    joined.get_future().wait();
   }
 }
 
@@ -305,9 +308,16 @@ void Server::set_load_failed(std::string message) {
   impl_->finish(1);
 }
 
+void Server::Impl::request_drain() {
+  asio::post(*control, [this] {
+    if (drain.draining()) return;
+    drain.on_signal(Clock::now());
+    start_drain();
+  });
+}
+
 void Server::begin_drain() {
-  Impl* s = impl_.get();
-  asio::post(*s->control, [s] { s->on_signal(SIGTERM); });
+  impl_->request_drain();
 }
 
 int Server::wait() {
@@ -338,7 +348,13 @@ Metrics& Server::metrics() {
   return impl_->metrics;
 }
 bool Server::ready() const {
-  return impl_->is_ready && !impl_->is_draining;
+  return impl_->serving_ready();
+}
+DrainReport Server::drain_report() const {
+  return {impl_->is_draining.load(), impl_->drain_in_flight.load(), impl_->drain_cancelled.load()};
+}
+bool Server::healthy() {
+  return impl_->engine_healthy();
 }
 bool Server::draining() const {
   return impl_->is_draining;

@@ -5,7 +5,10 @@
 //
 // Lifecycle: listen() binds (port 0: ephemeral) and start() serves at once — before the model
 // is loaded (/health says "loading", completions answer 503) — then set_model() makes it ready.
-// SIGINT/SIGTERM start the drain (DrainController); a second signal exits at once.
+// SIGINT/SIGTERM start the drain (DrainController); a second signal exits at once. With
+// handle_signals off (ember serve), the owner handles signals through a self-pipe thread that
+// outlives the IO threads, and calls begin_drain(). POST /admin/shutdown (with --admin-key)
+// begins the same drain.
 // wait() returns the exit code once the drain is complete and the engine has shut down.
 //
 // Threading: IO threads never block on the engine. The engine's EventStream waker posts to the
@@ -30,7 +33,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   int io_threads = 2;
-  std::string api_key;  // empty: no auth
+  std::string api_key;    // empty: no auth
+  std::string admin_key;  // empty: no POST /admin/shutdown
   size_t max_body_bytes = 4 << 20;
   std::chrono::milliseconds header_timeout{10'000};  // whole request head, from the first byte
   std::chrono::milliseconds body_timeout{30'000};    // whole body
@@ -61,6 +65,13 @@ struct ServedModel {
   int64_t created = 0;             // unix seconds
 };
 
+// What the drain did, for `ember stop`'s report.
+struct DrainReport {
+  bool drained = false;  // a drain ran (signal, begin_drain or /admin/shutdown)
+  int in_flight = 0;     // requests in flight when it began
+  int cancelled = 0;     // of those, cut off by the drain deadline
+};
+
 class Server {
  public:
   explicit Server(ServerOptions opts);
@@ -72,12 +83,16 @@ class Server {
   void start();               // IO threads, signals, accept loop
   void set_model(std::shared_ptr<ServedModel> model);
   void set_load_failed(std::string message);  // wait() then returns 1
-  void begin_drain();                         // what the first signal does
+  // What the first signal does; idempotent (a second call does not exit: signals are counted
+  // by whoever handles them — the server itself with handle_signals, else its owner).
+  void begin_drain();
   int wait();  // blocks until drained (0) or load failed (1); shuts the engine down
 
   Metrics& metrics();
   bool ready() const;
   bool draining() const;
+  bool healthy();  // liveness by engine progress (what /health reports; systemd's watchdog)
+  DrainReport drain_report() const;
 
   struct Impl;
 

@@ -71,12 +71,13 @@ struct Server::Impl {
   std::atomic<bool> handed_over{false};  // reuse_port: the listener closed after the handover
   std::atomic<int> handover_accepts{0};  // connections taken while handing the port over
   std::atomic<int> in_flight{0};
-  DrainController drain;  // control strand only
+  std::atomic<int> drain_in_flight{0};  // requests in flight when the drain began
+  std::atomic<int> drain_cancelled{0};  // requests the drain deadline cancelled
+  DrainController drain;                // control strand only
 
-  std::mutex reg_mu;  // guards conns, requests
+  std::mutex reg_mu;  // guards conns
   uint64_t next_conn = 0;
   std::map<uint64_t, std::weak_ptr<Conn>> conns;
-  std::set<uint64_t> requests;  // engine request ids in flight
 
   std::mutex done_mu;
   std::condition_variable done_cv;
@@ -89,11 +90,18 @@ struct Server::Impl {
   void finish(int code);
   void on_signal(int signo);  // control strand
   void start_drain();         // control strand
+  void request_drain();       // any thread: begin the drain unless it has begun (idempotent)
   asio::awaitable<void> accept_loop();
   Status open_listener();  // control strand (or before start): listen(2), then accept
   void hand_over();        // control strand: steer new connections away, close after handover
   asio::awaitable<void> drain_loop();
   bool engine_healthy();  // liveness by progress
+  // Accepting completions: loaded, not draining, and the engine (worker) is up.
+  bool serving_ready() {
+    if (!is_ready || is_draining) return false;
+    auto m = current_model();
+    return m && m->engine->stats().available;
+  }
 };
 
 // session.cc

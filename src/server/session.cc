@@ -38,8 +38,8 @@ const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
 // paths must not grow the label set).
 std::string_view route_label(const Server::Impl& s, std::string_view path) {
   if (find_web_asset(s, path)) return "web";
-  for (std::string_view known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"}) {
+  for (std::string_view known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                 "/ready", "/metrics", "/admin/shutdown"}) {
     if (path == known) return known;
   }
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
@@ -48,7 +48,9 @@ std::string_view route_label(const Server::Impl& s, std::string_view path) {
 
 // The methods a route accepts (the Allow header), or empty for an unknown path.
 std::string_view allowed_methods(std::string_view path) {
-  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST, OPTIONS";
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/admin/shutdown") {
+    return "POST, OPTIONS";
+  }
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models" ||
       path.starts_with("/v1/models/")) {
     return "GET, HEAD, OPTIONS";
@@ -109,13 +111,37 @@ Reply preflight_reply(std::string_view path) {
   return {http::status::no_content, "", "", 0, std::string(allow)};
 }
 
-bool authorized(const Server::Impl& s, const Request& req) {
-  if (s.opts.api_key.empty()) return true;
+bool bearer_matches(const Request& req, const std::string& key) {
   auto it = req.find(http::field::authorization);
   std::string_view v = it == req.end() ? std::string_view() : std::string_view(it->value());
   constexpr std::string_view kBearer = "Bearer ";
   std::string_view given = v.starts_with(kBearer) ? v.substr(kBearer.size()) : std::string_view();
-  return constant_time_equal(given, s.opts.api_key);
+  return constant_time_equal(given, key);
+}
+
+bool authorized(const Server::Impl& s, const Request& req) {
+  return s.opts.api_key.empty() || bearer_matches(req, s.opts.api_key);
+}
+
+Reply method_not_allowed(std::string_view path, const Request& req);
+
+// POST /admin/shutdown: the same graceful drain as SIGTERM, for operators without a shell on
+// the host. Exists only when --admin-key is set.
+Reply admin_shutdown(Server::Impl& s, const Request& req, std::string_view path) {
+  if (s.opts.admin_key.empty()) {
+    return error_reply(
+        {ErrorKind::NotFound, "no route for /admin/shutdown (enable it with --admin-key)", {}});
+  }
+  if (req.method() == http::verb::options) return preflight_reply(path);
+  if (req.method() != http::verb::post) return method_not_allowed(path, req);
+  if (!bearer_matches(req, s.opts.admin_key)) {
+    return error_reply({ErrorKind::Unauthorized,
+                        "missing or wrong admin key (send 'Authorization: Bearer ADMIN_KEY')",
+                        {}});
+  }
+  log::info("ember: shutdown requested through /admin/shutdown");
+  s.request_drain();
+  return {http::status::accepted, "application/json", status_body("draining"), 0};
 }
 
 // GCC 12 coroutines may destroy temporaries inside a co_await expression twice, so every
@@ -135,6 +161,8 @@ bool is_get(const Request& req) {
 
 // Every route but the completions: no engine work, nothing to await.
 Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
+  // Before OPTIONS: the route does not exist at all without --admin-key.
+  if (path == "/admin/shutdown") return admin_shutdown(s, req, path);
   if (req.method() == http::verb::options) return preflight_reply(path);
   if (path == "/health") {
     if (!is_get(req)) return method_not_allowed(path, req);
@@ -150,8 +178,11 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
   }
   if (path == "/ready") {
     if (!is_get(req)) return method_not_allowed(path, req);
-    bool ready = s.is_ready && !s.is_draining;
-    std::string status = s.is_draining ? "draining" : s.is_ready ? "ready" : "loading";
+    bool ready = s.serving_ready();
+    std::string status = s.is_draining ? "draining"
+                         : !s.is_ready ? "loading"
+                         : ready       ? "ready"
+                                       : "engine_restarting";
     return {ready ? http::status::ok : http::status::service_unavailable,
             "application/json",
             status_body(status),
@@ -167,6 +198,8 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
       snap.active_sequences = st.active;
       snap.kv_bytes = st.kv_bytes;
       snap.engine_steps = st.steps;
+      snap.engine_up = st.available;
+      snap.worker_restarts = st.worker_restarts;
       snap.cache_hits = st.cache_hits;
       snap.cache_misses = st.cache_misses;
       snap.cache_evictions = st.cache_evictions;
@@ -180,7 +213,7 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
     }
     snap.in_flight_requests = s.in_flight.load();
     snap.draining = s.is_draining;
-    snap.ready = s.is_ready && !s.is_draining;
+    snap.ready = s.serving_ready();
     return {http::status::ok,
             "text/plain; version=0.0.4; charset=utf-8",
             s.metrics.render(snap),

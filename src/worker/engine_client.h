@@ -1,30 +1,41 @@
 // EngineClient: what the server talks to (DESIGN.md §1 layer 5). Two implementations: the
 // in-process one (inprocess_client.h) wraps an engine::Engine in this process; the subprocess
-// one (later) speaks the worker protocol to `ember engine`. The server never sees which.
+// one (subprocess_client.h) speaks the worker protocol to `ember engine`. The server never
+// sees which. The engine side owns the bookkeeping of in-flight requests: the server asks it
+// to cancel them all at the drain deadline rather than keeping its own registry.
 //
-// Contract: every method is thread-safe and non-blocking except shutdown(). submit() either
-// returns a stream that will end with exactly one DoneEvent, or an error (overloaded, prompt too
-// long, shutting down). After shutdown() returns, every stream has ended and submit() fails.
+// Contract: every method is thread-safe and non-blocking except submit() on the subprocess
+// client (one round trip to the worker) and shutdown(). submit() either returns a stream that
+// ends with exactly one DoneEvent, or an error. Dropping a stream before its DoneEvent cancels
+// the request (cause client). After shutdown() returns, every stream has ended and submit()
+// fails.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
-#include "engine/engine.h"
-#include "model/backend.h"
+#include "worker/types.h"
 
 namespace ember::worker {
 
 class EngineClient {
  public:
   virtual ~EngineClient() = default;
-  virtual engine::SubmitResult submit(engine::GenerateRequest req) = 0;
-  virtual void cancel(uint64_t id, engine::CancelCause cause) = 0;
-  virtual engine::EngineStats stats() const = 0;
-  virtual const model::ModelConfig& model_config() const = 0;
-  virtual int32_t n_ctx() const = 0;
-  // Ends every request (cancelled, cause shutdown) and stops the engine; idempotent; blocks
-  // until the engine has stopped.
+  virtual SubmitResult submit(GenerateRequest req) = 0;
+  virtual void cancel(uint64_t id, CancelCause cause) = 0;
+  // Cancels every request in flight (the drain deadline); returns how many.
+  virtual int cancel_all(CancelCause cause) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const ModelInfo& model_info() const = 0;
+  int32_t n_ctx() const { return model_info().n_ctx; }
+  // Ends every request and stops the engine (the subprocess client runs its stop ladder);
+  // idempotent; blocks until the engine has stopped.
   virtual void shutdown() = 0;
+  // The second signal: stop the engine at once, whatever it is doing (async-safe enough to
+  // call from a signal-handling thread while shutdown() runs elsewhere). Default: nothing.
+  virtual void kill_now() {}
+  // After shutdown(): how the engine stopped, for logs and `ember stop` ("eof (exit 0)").
+  virtual std::string stop_description() const { return "in-process engine stopped"; }
 };
 
 }  // namespace ember::worker

@@ -3,8 +3,10 @@
 namespace ember::worker {
 
 InProcessEngineClient::InProcessEngineClient(std::shared_ptr<model::Backend> backend,
-                                             engine::EngineOptions opts)
-    : config_(backend->config()), n_ctx_(backend->n_ctx()) {
+                                             engine::EngineOptions opts) {
+  info_.arch_name = backend->config().arch_name;
+  info_.name = backend->config().name;
+  info_.n_ctx = backend->n_ctx();
   engine_ = std::make_unique<engine::Engine>(std::move(backend), std::move(opts));
 }
 
@@ -12,24 +14,33 @@ InProcessEngineClient::~InProcessEngineClient() {
   shutdown();
 }
 
-engine::SubmitResult InProcessEngineClient::submit(engine::GenerateRequest req) {
+SubmitResult InProcessEngineClient::submit(GenerateRequest req) {
   std::lock_guard lock(mu_);
+  SubmitResult r;
   if (!engine_) {
-    engine::SubmitResult r;
-    r.error = engine::SubmitError{engine::SubmitError::Kind::ShuttingDown, "engine has stopped"};
+    r.error = SubmitError{SubmitError::Kind::ShuttingDown, "engine has stopped"};
     return r;
   }
-  return engine_->submit(std::move(req));
+  auto sub = engine_->submit(std::move(req));
+  r.stream = std::move(sub.stream);
+  r.forks = std::move(sub.forks);
+  if (sub.error) r.error = from_engine(*sub.error);
+  return r;
 }
 
-void InProcessEngineClient::cancel(uint64_t id, engine::CancelCause cause) {
+void InProcessEngineClient::cancel(uint64_t id, CancelCause cause) {
   std::lock_guard lock(mu_);
   if (engine_) engine_->cancel(id, cause);
 }
 
-engine::EngineStats InProcessEngineClient::stats() const {
+int InProcessEngineClient::cancel_all(CancelCause cause) {
   std::lock_guard lock(mu_);
-  return engine_ ? engine_->stats() : last_stats_;
+  return engine_ ? engine_->cancel_all(cause) : 0;
+}
+
+EngineStats InProcessEngineClient::stats() const {
+  std::lock_guard lock(mu_);
+  return engine_ ? from_engine(engine_->stats()) : last_stats_;
 }
 
 void InProcessEngineClient::shutdown() {
@@ -38,7 +49,8 @@ void InProcessEngineClient::shutdown() {
     std::lock_guard lock(mu_);
     if (!engine_) return;
     engine_->signal_shutdown();
-    last_stats_ = engine_->stats();
+    last_stats_ = from_engine(engine_->stats());
+    last_stats_.available = false;
     dying = std::move(engine_);
   }
   dying.reset();  // joins the engine thread outside the lock: stats()/cancel() stay responsive

@@ -5,7 +5,9 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 
+#include "model/backend.h"
 #include "worker/engine_client.h"
 
 namespace ember::worker {
@@ -15,19 +17,18 @@ class InProcessEngineClient final : public EngineClient {
   InProcessEngineClient(std::shared_ptr<model::Backend> backend, engine::EngineOptions opts);
   ~InProcessEngineClient() override;
 
-  engine::SubmitResult submit(engine::GenerateRequest req) override;
-  void cancel(uint64_t id, engine::CancelCause cause) override;
-  engine::EngineStats stats() const override;
-  const model::ModelConfig& model_config() const override { return config_; }
-  int32_t n_ctx() const override { return n_ctx_; }
+  SubmitResult submit(GenerateRequest req) override;
+  void cancel(uint64_t id, CancelCause cause) override;
+  int cancel_all(CancelCause cause) override;
+  EngineStats stats() const override;
+  const ModelInfo& model_info() const override { return info_; }
   void shutdown() override;
 
  private:
-  model::ModelConfig config_;
-  int32_t n_ctx_ = 0;
+  ModelInfo info_;
   mutable std::mutex mu_;  // guards engine_ against shutdown() racing the other calls
   std::unique_ptr<engine::Engine> engine_;
-  engine::EngineStats last_stats_;  // what stats() reports after shutdown
+  EngineStats last_stats_;  // what stats() reports after shutdown
 };
 
 }  // namespace ember::worker

@@ -45,8 +45,8 @@ TEST(EngineShutdown, a_request_submitted_as_shutdown_begins_always_gets_its_done
   GenerateRequest g2 = greedy_request(make_prompt(3, 64, 2), 4);
   g2.deadline = SteadyClock::now();  // ends in the sweep of the queue, before admission
   auto s2 = submit_ok(e, std::move(g2));
+  bool once = false;
   s2->set_waker([&] {
-    static bool once = false;
     if (!once) {
       once = true;
       waker.arrive_and_wait();
@@ -67,19 +67,29 @@ TEST(EngineShutdown, a_request_submitted_as_shutdown_begins_always_gets_its_done
 
 // Requests 1 and 2 decode in the same batch. Request 2's hook blocks after request 1 passed its
 // poll and re-poll for this step; a cancel of request 1 arriving then must still stop it before
-// the step's work (the second peek), so it keeps the 4 tokens it had.
+// the step's work (the second peek), so it keeps the 4 tokens it had. A one-token request holds
+// the engine in its seed while both are submitted, so both are admitted in the same round and
+// their steps line up (without it the engine can finish request 1 before request 2 arrives).
 TEST(EngineStep, a_cancel_landing_while_a_later_hook_blocks_stops_the_earlier_request_this_step) {
   auto fake = std::make_shared<FakeBackend>();
   Engine e(fake, {});
-  Gate gate;
+  Gate hold, gate;
   GenHooks h;
+  h.on_before_seed = [&](uint64_t id) {
+    if (id == 1) hold.arrive_and_wait();
+  };
   h.on_before_decode_step = [&](uint64_t id, int32_t step) {
-    if (id == 2 && step == 3) gate.arrive_and_wait();
+    if (id == 3 && step == 3) gate.arrive_and_wait();
   };
   e.set_hooks(h);
   std::vector<int32_t> prompt = make_prompt(6, 64);
+  auto s0 = submit_ok(e, greedy_request(make_prompt(6, 64, 9), 1));
+  hold.wait_arrived();
   auto s1 = submit_ok(e, greedy_request(prompt, 100));
   auto s2 = submit_ok(e, greedy_request(prompt, 100));
+  ASSERT_EQ(s1->id(), 2u);
+  ASSERT_EQ(s2->id(), 3u);
+  hold.release();
   gate.wait_arrived();
   e.cancel(s1->id(), CancelCause::Client);
   gate.release();
@@ -88,6 +98,7 @@ TEST(EngineStep, a_cancel_landing_while_a_later_hook_blocks_stops_the_earlier_re
   EXPECT_EQ(c1.tokens.size(), 4u) << "the cancelled request ran the step its cancel preceded";
   e.cancel(s2->id(), CancelCause::Client);
   drain(*s2);
+  EXPECT_EQ(drain(*s0).done.reason, FinishReason::Length);
 }
 
 // One slot, one place in the queue. A queued request cancelled while the slot stays busy must

@@ -204,10 +204,24 @@ def request(port, method, path, body=None, headers=None, timeout=60):
 
 
 def cpu_seconds(pid):
+    """CPU time of the process and its live children (the engine worker of `ember serve`)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    kids = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                kids += f.read().split()
+        except FileNotFoundError:
+            pass
+    total = ticks / os.sysconf("SC_CLK_TCK")
+    for k in kids:
+        try:
+            total += cpu_seconds(int(k))
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def assert_idle(pid, budget=0.05):

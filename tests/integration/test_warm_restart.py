@@ -6,9 +6,10 @@ cached (usage.prompt_tokens_details.cached_tokens, non-streaming and in the stre
 chunk) and answers exactly what a cold server answers at temperature 0. Also: the cache metrics
 are exposed (and promtool-valid), and a multi-turn chat reuses its earlier turns.
 
-STOPS lists the ways a server is stopped gracefully. Today: SIGTERM with the in-process engine.
-`ember stop` and the subprocess engine (issue 8) join by adding an entry: a function that stops
-the server and returns its exit code, plus the extra serve arguments it needs.
+STOPS lists the ways a server is stopped gracefully: SIGTERM with the in-process engine, SIGTERM
+with the subprocess engine (the worker saves at EOF on its stdin and loads at start), and
+`ember stop` through a pid file. Each entry is a function that stops the server and returns its
+exit code, plus the extra serve arguments it needs (PID_FILE is replaced by a per-test path).
 """
 import json
 import os
@@ -28,8 +29,19 @@ def stop_with_sigterm(server):
     return server.wait_exit(60)
 
 
+def stop_with_ember_stop(server):
+    pid_file = server.args[server.args.index("--pid-file") + 1]
+    r = subprocess.run([server.args[0], "stop", "--pid-file", pid_file], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "engine: rung eof (exit 0)" in r.stdout, r.stdout
+    return server.wait_exit(60)
+
+
 STOPS = {
-    "sigterm-in-process": (stop_with_sigterm, []),
+    "sigterm-in-process": (stop_with_sigterm, ["--engine", "in-process"]),
+    "sigterm-subprocess": (stop_with_sigterm, ["--engine", "subprocess"]),
+    "ember-stop-subprocess": (stop_with_ember_stop, ["--engine", "subprocess", "--pid-file", "PID_FILE"]),
 }
 
 
@@ -76,6 +88,7 @@ def chat(port, system, question, stream=False, max_tokens=12):
 def test_restart_keeps_the_system_prompt_warm_and_answers_like_a_cold_server(
         start_server, long_model, tmp_path, how):
     stop, extra = STOPS[how]
+    extra = [str(tmp_path / "ember.pid") if a == "PID_FILE" else a for a in extra]
     system = system_prompt()
     question = "What comes after the notes?"
     cold = start_server(long_model, "--kv-cache-bytes", "0")

@@ -229,10 +229,14 @@ TEST(ApiError, body_is_openai_error_json_and_statuses_come_from_one_table) {
 }
 
 TEST(ApiError, engine_submit_errors_map_to_api_errors) {
-  using K = engine::SubmitError::Kind;
+  using K = worker::SubmitError::Kind;
   EXPECT_EQ(from_submit_error({K::Overloaded, "queue full"}).kind, ErrorKind::Overloaded);
   EXPECT_EQ(from_submit_error({K::PromptTooLong, "too long"}).kind, ErrorKind::ContextTooLong);
   EXPECT_EQ(from_submit_error({K::ShuttingDown, "bye"}).kind, ErrorKind::Draining);
+  auto restarting = from_submit_error({K::EngineUnavailable, "worker restarting"});
+  EXPECT_EQ(restarting.kind, ErrorKind::EngineRestarting);
+  EXPECT_EQ(error_info(restarting.kind).status, 503);
+  EXPECT_STREQ(error_info(restarting.kind).code, "engine_restarting");
 }
 
 }  // namespace

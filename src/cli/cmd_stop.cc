@@ -1,0 +1,130 @@
+// `ember stop`: stops a running `ember serve` from another terminal. Finds it through its pid
+// file (a stale file — dead pid, or a pid that is not ember — is reported and removed), sends
+// SIGTERM (the graceful drain), waits for the process to go (a pidfd, since it is not our
+// child), then reads the stop report the server wrote on its way out: requests drained and
+// cancelled, how the engine stopped, the exit status. `--force` escalates when the wait runs
+// out: a second SIGTERM (the server kills its engine and exits at once), then SIGKILL.
+#include <CLI/CLI.hpp>
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/stop_report.h"
+#include "process/pid_file.h"
+
+namespace ember::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits up to `timeout` for a process that is not our child to exit.
+bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const auto deadline = Clock::now() + timeout;
+  int r = 0;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r != 0 && !(r < 0 && errno == EINTR)) break;
+  }
+  ::close(fd);
+  return r > 0;
+}
+
+}  // namespace
+
+int cmd_stop(int argc, char** argv) {
+  CLI::App app{"Stop a running `ember serve` gracefully, through its pid file", "ember stop"};
+  std::string pid_file;
+  double timeout_s = 120;
+  bool force = false;
+  app.add_option("--pid-file", pid_file, "the pid file `ember serve --pid-file` wrote")
+      ->envname("EMBER_PID_FILE")
+      ->required();
+  app.add_option("--timeout", timeout_s,
+                 "seconds to wait for the drain (the server's --drain-timeout plus its "
+                 "--engine-drain, and some)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--force", force,
+               "when the wait runs out: a second SIGTERM (exit at once), then SIGKILL");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  auto info = process::inspect_pid_file(pid_file);
+  switch (info.state) {
+    case process::PidState::Missing:
+    case process::PidState::Invalid:
+      std::fprintf(stderr, "ember stop: %s\n", info.detail.c_str());
+      return 1;
+    case process::PidState::Dead:
+    case process::PidState::NotEmber: {
+      std::error_code ec;
+      std::filesystem::remove(pid_file, ec);
+      std::fprintf(stderr, "ember stop: %s; removed it (no server to stop)\n", info.detail.c_str());
+      return 1;
+    }
+    case process::PidState::Running:
+      break;
+  }
+  const pid_t pid = info.pid;
+  if (::kill(pid, SIGTERM) != 0) {
+    std::fprintf(stderr, "ember stop: cannot signal process %d: %s\n", pid, strerror(errno));
+    return 1;
+  }
+  std::fprintf(stderr, "ember stop: asked ember (pid %d) to drain and stop; waiting up to %g s\n",
+               pid, timeout_s);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  bool gone = wait_gone(pid, timeout);
+  const char* escalated = nullptr;
+  if (!gone && !force) {
+    std::fprintf(stderr,
+                 "ember stop: ember (pid %d) is still draining after %g s; run again with "
+                 "--force to stop it at once\n",
+                 pid, timeout_s);
+    return 1;
+  }
+  if (!gone) {
+    std::fprintf(stderr, "ember stop: --force: second SIGTERM (kill the engine, exit now)\n");
+    ::kill(pid, SIGTERM);
+    escalated = "second SIGTERM";
+    gone = wait_gone(pid, std::chrono::seconds(5));
+    if (!gone) {
+      std::fprintf(stderr, "ember stop: --force: SIGKILL\n");
+      ::kill(pid, SIGKILL);
+      escalated = "SIGKILL";
+      gone = wait_gone(pid, std::chrono::seconds(5));
+    }
+  }
+  if (!gone) {
+    std::fprintf(stderr, "ember stop: process %d did not exit\n", pid);
+    return 1;
+  }
+  auto report = read_stop_report(stop_report_path(pid_file));
+  if (!report) {
+    std::fprintf(stderr, "ember stop: ember (pid %d) exited%s%s; it left no stop report\n", pid,
+                 escalated ? " after " : "", escalated ? escalated : "");
+    return escalated ? 1 : 0;
+  }
+  std::printf(
+      "ember stop: ember (pid %d) stopped: exit %d; %d request(s) in flight at the drain: %d "
+      "drained, %d cancelled; engine: %s\n",
+      pid, report->exit_code, report->in_flight, report->in_flight - report->cancelled,
+      report->cancelled, report->engine_stop.c_str());
+  return report->exit_code == 0 ? 0 : 1;
+}
+
+}  // namespace ember::cli

@@ -1,0 +1,35 @@
+// Output constraints as a source spec that crosses the worker protocol (DESIGN.md §4). A
+// TokenConstraint is an in-process object (a grammar matcher over one vocabulary); what the
+// front sends the worker is the spec it was built from, and both sides build the constraint
+// with the same function against the same GGUF's vocabulary, so the worker's matcher accepts
+// exactly what the front's would.
+//
+// A spec is one of:
+//   "json_object"                  any JSON object
+//   "schema/<JSON schema>"         a value the schema accepts
+//   "tools/<format>/<[[name, parameters], ...]>"   one call in the tool format (hermes, ...)
+// It is also the key of the codec's grammar cache, so a spec compiles once per process.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "text/text_codec.h"
+#include "text/tool_calls.h"
+#include "worker/types.h"
+
+namespace ember::worker {
+
+std::string json_object_spec();
+std::string json_schema_spec(const std::string& schema_json);
+std::string tool_call_spec(text::ToolFormat format, const std::vector<text::ToolSpec>& tools);
+
+// Builds the constraint a spec describes against `text`'s vocabulary; the constraint reports
+// the spec back through TokenConstraint::spec(). An error names what in the spec is wrong or
+// what the grammar cannot enforce.
+Result<std::shared_ptr<TokenConstraint>> constraint_from_spec(const std::string& spec,
+                                                              const text::TextCodec& text);
+
+}  // namespace ember::worker
