@@ -186,9 +186,10 @@ void SubprocessEngineClient::dispatch(const proto::Frame& f, process::Child& chi
       {
         std::lock_guard lock(mu_);
         auto it = live_.find(m->id);
-        if (it == live_.end()) return;
+        if (it == live_.end() || it->second.ended) return;
         ch = it->second.ch;
-        live_.erase(it);
+        it->second.ended = true;
+        if (it->second.claimed) live_.erase(it);  // else submit() erases it once claimed
       }
       ch->push_done(std::move(m->done));
       return;
@@ -255,21 +256,24 @@ void SubprocessEngineClient::dispatch(const proto::Frame& f, process::Child& chi
   }
 }
 
-void SubprocessEngineClient::lose_all(const std::string& why) {
-  // Called with mu_ held.
+void SubprocessEngineClient::end_all(const DoneEvent& done) {
   for (auto& [id, l] : live_) {
-    if (l.admission == Admission::Accepted) {
-      l.ch->push_done(ended(FinishReason::Error, CancelCause::None,
-                            why + "; the request was lost and the worker is restarting", true));
-    } else {
+    if (l.admission == Admission::Accepted && !l.ended) {
+      l.ch->push_done(done);
+      l.ended = true;
+    } else if (l.admission == Admission::Pending) {
       l.admission = Admission::Lost;  // submit() is waiting: it answers unavailable
     }
   }
-  for (auto it = live_.begin(); it != live_.end();) {
-    it = it->second.admission == Admission::Lost ? std::next(it) : live_.erase(it);
-  }
-  last_stats_ = EngineStats{};
+  std::erase_if(live_, [](const auto& kv) { return kv.second.claimed; });
   cv_.notify_all();
+}
+
+void SubprocessEngineClient::lose_all(const std::string& why) {
+  // Called with mu_ held.
+  end_all(ended(FinishReason::Error, CancelCause::None,
+                why + "; the request was lost and the worker is restarting", true));
+  last_stats_ = EngineStats{};
 }
 
 SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
@@ -328,6 +332,12 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
     r.stream = std::make_shared<SubprocessStream>(chs[0], weak_from_this());
     for (size_t i = 1; i < chs.size(); ++i) {
       r.forks.push_back(std::make_shared<SubprocessStream>(chs[i], weak_from_this()));
+    }
+    for (int32_t i = 0; i < n; ++i) {  // from here on, a Done erases the entry
+      auto c = live_.find(id + i);
+      if (c == live_.end()) continue;
+      c->second.claimed = true;
+      if (c->second.ended) live_.erase(c);
     }
     return r;
   }
@@ -417,15 +427,8 @@ void SubprocessEngineClient::shutdown() {
   }
   if (supervisor_.joinable()) supervisor_.join();
   std::lock_guard lock(mu_);
-  for (auto& [id, l] : live_) {
-    if (l.admission == Admission::Accepted) {
-      l.ch->push_done(ended(FinishReason::Cancelled, CancelCause::Shutdown,
-                            "the engine stopped before the request finished", false));
-    } else {
-      l.admission = Admission::Lost;
-    }
-  }
-  std::erase_if(live_, [](const auto& kv) { return kv.second.admission != Admission::Lost; });
+  end_all(ended(FinishReason::Cancelled, CancelCause::Shutdown,
+                "the engine stopped before the request finished", false));
   child_.reset();
   state_ = State::Stopped;
   stop_description_ = how;

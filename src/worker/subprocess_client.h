@@ -79,12 +79,19 @@ class SubprocessEngineClient final : public EngineClient,
     Admission admission = Admission::Pending;
     SubmitError rejection;
     uint64_t base = 0;  // the Submit's id: choices 1..n-1 of it are base + i
+    // The entry stays until submit() has taken its stream (claimed) and it has ended: its
+    // Done may arrive right behind its Accepted, before the submitting thread wakes up.
+    bool claimed = false;
+    bool ended = false;
   };
 
   void supervise();
   void read_events(process::Child& child);
   void dispatch(const proto::Frame& f, process::Child& child);
   void lose_all(const std::string& why);  // the worker died: end every request, retryable
+  // Ends every accepted request still open with `done` and answers pending submits with
+  // unavailable (Lost); entries a submit has yet to claim stay for it. Called with mu_ held.
+  void end_all(const DoneEvent& done);
   bool send(const std::vector<uint8_t>& frame);
 
   const SubprocessOptions opts_;
