@@ -79,6 +79,11 @@ const settings::Table<ServeSettings>& serve_settings_table() {
           "systemd watchdog interval in microseconds (set by systemd for WatchdogSec=)")
         .at_least(0)
         .hide();
+    t.add("--successor-of", &S::successor_of, "EMBER_SUCCESSOR_OF",
+          "set by `ember restart`: the pid of the server this one replaces (its pid file is "
+          "taken over)")
+        .at_least(0)
+        .hide();
     t.add("--restart-backoff", &S::restart_backoff_s, "EMBER_RESTART_BACKOFF",
           "seconds before the first restart of a dead engine worker (doubles, up to 10 s)")
         .range(0.001, 60);

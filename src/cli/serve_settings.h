@@ -40,6 +40,7 @@ struct ServeSettings {
   std::string notify_socket;  // systemd: $NOTIFY_SOCKET
   int64_t watchdog_usec = 0;  // systemd: $WATCHDOG_USEC
   double restart_backoff_s = 0.25;
+  int64_t successor_of = 0;  // `ember restart`: the pid whose pid file this server takes over
   std::vector<std::string> test_worker_flags;  // test only: extra `ember engine` flags
 };
 
