@@ -146,16 +146,22 @@ def p99(xs):
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
 
 
-def stop_replica(ember, server):
-    """Graceful stop as an operator does it, then wait for the process to be gone."""
-    server.signal(signal.SIGTERM)
-    return server.wait_exit(90)
+def stop_replica(ember, server, pid_file):
+    """Graceful stop as an operator does it (`ember stop`, which waits for the drain), then the
+    process's own exit status."""
+    r = subprocess.run([ember, "stop", "--pid-file", pid_file], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stopped: exit 0" in r.stdout, r.stdout
+    return server.wait_exit(30)
 
 
-def test_rolling_restart_behind_nginx_loses_no_request(ember):
+def test_rolling_restart_behind_nginx_loses_no_request(ember, tmp_path):
     ports = [free_port() for _ in range(3)]
     args = ["--max-sequences", "4", "--drain-timeout", "30"]
-    replicas = [Server(ember, "default", *args, port=p) for p in ports]
+    pid_files = [str(tmp_path / f"replica{k}.pid") for k in range(3)]
+    replicas = [Server(ember, "default", *args, "--pid-file", pid_files[k], port=p)
+                for k, p in enumerate(ports)]
     for r in replicas:
         r.wait_ready(120)
     nginx = Nginx(free_port(), ports)
@@ -165,9 +171,9 @@ def test_rolling_restart_behind_nginx_loses_no_request(ember):
         time.sleep(8)  # steady state: a measurement window, not synchronisation
         roll_start = time.monotonic()
         for k, p in enumerate(ports):
-            code = stop_replica(ember, replicas[k])
+            code = stop_replica(ember, replicas[k], pid_files[k])
             assert code == 0, "".join(replicas[k].lines)
-            replicas[k] = Server(ember, "default", *args, port=p)
+            replicas[k] = Server(ember, "default", *args, "--pid-file", pid_files[k], port=p)
             replicas[k].wait_ready(120)
         roll_end = time.monotonic()
         time.sleep(3)
