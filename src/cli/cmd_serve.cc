@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -150,7 +151,8 @@ int cmd_serve(int argc, char** argv) {
   log::info("ember serve: settings: {} {}", worker::engine_settings_table().describe(es),
             serve_settings_table().describe(o));
   std::signal(SIGPIPE, SIG_IGN);
-  auto sig = process::SignalPipe::install({SIGINT, SIGTERM});
+  // SIGUSR1: save the warm state now (`ember restart` hands it to the successor).
+  auto sig = process::SignalPipe::install({SIGINT, SIGTERM, SIGUSR1});
   if (!sig) {
     std::fprintf(stderr, "ember serve: %s\n", sig.message().c_str());
     return 1;
@@ -159,7 +161,7 @@ int cmd_serve(int argc, char** argv) {
   if (!o.pid_file.empty()) {
     std::error_code ec;
     std::filesystem::remove(stop_report_path(o.pid_file), ec);
-    auto pf = process::PidFile::create(o.pid_file);
+    auto pf = process::PidFile::create(o.pid_file, static_cast<pid_t>(o.successor_of));
     if (!pf) {
       std::fprintf(stderr, "ember serve: %s\n", pf.message().c_str());
       return 1;
@@ -184,6 +186,8 @@ int cmd_serve(int argc, char** argv) {
   so.drain_timeout = ms(o.drain_timeout_s);
   so.cutoff_grace = ms(o.cutoff_grace_s);
   so.stall_limit = ms(o.stall_limit_s);
+  so.reuse_port = o.reuse_port;
+  so.handover = ms(o.handover_s);
   so.handle_signals = false;  // the signal thread below
   server::Server srv(so);
   auto port = srv.listen();
@@ -192,13 +196,43 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   srv.start();
-  std::fprintf(stderr, "ember: listening on http://%s:%u%s\n", o.host.c_str(), unsigned{*port},
-               so.web_ui ? "  (chat page at /)" : "");
+  std::fprintf(stderr, "ember: listening on http://%s:%u%s%s\n", o.host.c_str(), unsigned{*port},
+               so.web_ui ? "  (chat page at /)" : "",
+               so.reuse_port ? "  (--reuse-port: connections taken once the model is loaded)" : "");
   std::fflush(stderr);
   notify(notifier, "STATUS=loading the model");
 
   EngineHolder holder;
   std::atomic<bool> quit{false};
+  // Warm saves run here, not on the signal thread, which must stay free for a second signal.
+  std::mutex save_mu;
+  std::condition_variable save_cv;
+  int saves_wanted = 0;
+  std::thread saver([&] {
+    std::unique_lock lock(save_mu);
+    for (;;) {
+      save_cv.wait(lock, [&] { return saves_wanted > 0 || quit.load(); });
+      if (quit.load()) return;
+      saves_wanted = 0;
+      lock.unlock();
+      engine::WarmReport rep;
+      if (auto c = holder.get()) {
+        rep = c->save_warm();
+      } else {
+        rep.message = "the model is not loaded yet";
+      }
+      if (rep.ok) {
+        log::info("ember: SIGUSR1: warm state saved ({} blocks, {} bytes)", rep.blocks, rep.bytes);
+      } else {
+        log::warn("ember: SIGUSR1: warm state not saved: {}", rep.message);
+      }
+      if (!o.pid_file.empty()) {
+        auto st = write_warm_report(warm_report_path(o.pid_file), rep);
+        if (!st) log::warn("ember: warm report: {}", st.message());
+      }
+      lock.lock();
+    }
+  });
   std::thread signals([&] {
     int count = 0;
     const Ms watchdog = o.watchdog_usec > 0 ? Ms(o.watchdog_usec / 2000) : Ms(0);
@@ -211,6 +245,12 @@ int cmd_serve(int argc, char** argv) {
         if (srv.healthy()) notify(notifier, "WATCHDOG=1");  // progress, not mere liveness
       }
       if (!s) continue;
+      if (*s == SIGUSR1) {
+        std::lock_guard lock(save_mu);
+        ++saves_wanted;
+        save_cv.notify_one();
+        continue;
+      }
       const char* name = *s == SIGINT ? "SIGINT" : "SIGTERM";
       if (++count == 1) {
         log::info("ember: {}: draining (a second signal exits at once)", name);
@@ -254,7 +294,12 @@ int cmd_serve(int argc, char** argv) {
                                 {code, report.in_flight, report.cancelled, engine_stop});
     if (!st) log::warn("ember: stop report: {}", st.message());
   }
-  quit = true;
+  {
+    std::lock_guard lock(save_mu);
+    quit = true;
+    save_cv.notify_one();
+  }
+  saver.join();
   signals.join();
   return code;
 }

@@ -7,9 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,29 +19,6 @@
 #include "process/pid_file.h"
 
 namespace ember::cli {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Waits up to `timeout` for a process that is not our child to exit.
-bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) return errno == ESRCH;
-  pollfd p{fd, POLLIN, 0};
-  const auto deadline = Clock::now() + timeout;
-  int r = 0;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
-    r = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (r != 0 && !(r < 0 && errno == EINTR)) break;
-  }
-  ::close(fd);
-  return r > 0;
-}
-
-}  // namespace
-
 int cmd_stop(int argc, char** argv) {
   CLI::App app{"Stop a running `ember serve` gracefully, through its pid file", "ember stop"};
   std::string pid_file;
@@ -88,7 +63,7 @@ int cmd_stop(int argc, char** argv) {
   std::fprintf(stderr, "ember stop: asked ember (pid %d) to drain and stop; waiting up to %g s\n",
                pid, timeout_s);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  bool gone = wait_gone(pid, timeout);
+  bool gone = process::wait_gone(pid, timeout);
   const char* escalated = nullptr;
   if (!gone && !force) {
     std::fprintf(stderr,
@@ -101,12 +76,12 @@ int cmd_stop(int argc, char** argv) {
     std::fprintf(stderr, "ember stop: --force: second SIGTERM (kill the engine, exit now)\n");
     ::kill(pid, SIGTERM);
     escalated = "second SIGTERM";
-    gone = wait_gone(pid, std::chrono::seconds(5));
+    gone = process::wait_gone(pid, std::chrono::seconds(5));
     if (!gone) {
       std::fprintf(stderr, "ember stop: --force: SIGKILL\n");
       ::kill(pid, SIGKILL);
       escalated = "SIGKILL";
-      gone = wait_gone(pid, std::chrono::seconds(5));
+      gone = process::wait_gone(pid, std::chrono::seconds(5));
     }
   }
   if (!gone) {

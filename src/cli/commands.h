@@ -11,6 +11,7 @@ int cmd_fixture(int argc, char** argv);  // write a small random-weight test mod
 int cmd_serve(int argc, char** argv);    // the OpenAI-compatible HTTP server
 int cmd_engine(int argc, char** argv);   // the engine worker behind `ember serve`
 int cmd_stop(int argc, char** argv);     // stop a server through its pid file
+int cmd_restart(int argc, char** argv);  // replace a --reuse-port server in place
 int cmd_bench(int argc, char** argv);    // prefill / decode / batched-decode benchmark
 int cmd_models(int argc, char** argv);   // list the named models and where they are installed
 

@@ -16,6 +16,8 @@ struct Subcommand {
 constexpr Subcommand kCommands[] = {
     {"serve", ember::cli::cmd_serve, "serve a model over the OpenAI-compatible HTTP API"},
     {"stop", ember::cli::cmd_stop, "stop a running `ember serve` gracefully (--pid-file)"},
+    {"restart", ember::cli::cmd_restart,
+     "replace a running `ember serve --reuse-port` in place (--pid-file)"},
     {"engine", ember::cli::cmd_engine, "the engine worker process (started by serve)"},
     {"run", ember::cli::cmd_run, "generate text from a prompt, or chat, in this process"},
     {"inspect", ember::cli::cmd_inspect, "print a GGUF file's metadata and tensor table"},

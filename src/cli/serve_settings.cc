@@ -57,6 +57,12 @@ const settings::Table<ServeSettings>& serve_settings_table() {
           "every request)")
         .range(1, 1 << 30);
     t.add("--no-web-ui", &S::no_web_ui, "EMBER_NO_WEB_UI", "do not serve the chat page at /");
+    t.add("--reuse-port", &S::reuse_port, "EMBER_REUSE_PORT",
+          "share the port with a successor (SO_REUSEPORT; `ember restart`): listen once the "
+          "model is loaded, hand new connections over at drain");
+    t.add("--handover", &S::handover_s, "EMBER_HANDOVER",
+          "seconds a draining --reuse-port server still takes the connections queued to it")
+        .range(0, 60);
     t.add("--io-threads", &S::io_threads, "EMBER_IO_THREADS", "HTTP threads").range(1, 64);
     t.add("--stall-limit", &S::stall_limit_s, "EMBER_STALL_LIMIT",
           "seconds the engine may make no progress with work pending before /health reports "
@@ -71,6 +77,11 @@ const settings::Table<ServeSettings>& serve_settings_table() {
         .hide();
     t.add("--watchdog-usec", &S::watchdog_usec, "WATCHDOG_USEC",
           "systemd watchdog interval in microseconds (set by systemd for WatchdogSec=)")
+        .at_least(0)
+        .hide();
+    t.add("--successor-of", &S::successor_of, "EMBER_SUCCESSOR_OF",
+          "set by `ember restart`: the pid of the server this one replaces (its pid file is "
+          "taken over)")
         .at_least(0)
         .hide();
     t.add("--restart-backoff", &S::restart_backoff_s, "EMBER_RESTART_BACKOFF",

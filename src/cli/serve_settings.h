@@ -31,6 +31,8 @@ struct ServeSettings {
   std::string system_prompt = text::kDefaultSystemPrompt;
   int32_t max_tokens = 4096;
   bool no_web_ui = false;
+  bool reuse_port = false;  // SO_REUSEPORT: share the port with a successor (`ember restart`)
+  double handover_s = 1;
   int32_t io_threads = 2;
   double stall_limit_s = 60;
   std::string log_level = "info";
@@ -38,6 +40,7 @@ struct ServeSettings {
   std::string notify_socket;  // systemd: $NOTIFY_SOCKET
   int64_t watchdog_usec = 0;  // systemd: $WATCHDOG_USEC
   double restart_backoff_s = 0.25;
+  int64_t successor_of = 0;  // `ember restart`: the pid whose pid file this server takes over
   std::vector<std::string> test_worker_flags;  // test only: extra `ember engine` flags
 };
 

@@ -1,7 +1,9 @@
 #include "process/pid_file.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -69,9 +71,28 @@ PidFileInfo inspect_pid_file(const std::string& path) {
   return info;
 }
 
-Result<PidFile> PidFile::create(const std::string& path) {
+bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const auto deadline = Clock::now() + timeout;
+  int r = 0;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r != 0 && !(r < 0 && errno == EINTR)) break;
+  }
+  ::close(fd);
+  return r > 0;
+}
+
+Result<PidFile> PidFile::create(const std::string& path, pid_t predecessor) {
   auto info = inspect_pid_file(path);
-  if (info.state == PidState::Running && info.pid != ::getpid()) {
+  if (info.state == PidState::Running && predecessor != 0 && info.pid == predecessor) {
+    log::info("{}: taking it over from pid {}, which drains", path, predecessor);
+  } else if (info.state == PidState::Running && info.pid != ::getpid()) {
     return fail("{}: {}; stop it first (ember stop --pid-file {})", path, info.detail, path);
   }
   if (info.state == PidState::Dead || info.state == PidState::NotEmber ||

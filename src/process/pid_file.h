@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 
 #include "base/result.h"
@@ -31,10 +32,15 @@ PidFileInfo inspect_pid_file(const std::string& path);
 // Whether `pid` is an ember executable (its exe or argv[0] is named ember).
 bool process_is_ember(pid_t pid);
 
+// Waits up to `timeout` for a process that need not be our child to exit (a pidfd).
+bool wait_gone(pid_t pid, std::chrono::milliseconds timeout);
+
 class PidFile {
  public:
-  // Fails when a live ember already owns the file; replaces a stale one (with a warning).
-  static Result<PidFile> create(const std::string& path);
+  // Fails when a live ember already owns the file, unless it is `predecessor` (`ember restart`:
+  // the successor takes the file over while the old server drains); replaces a stale one
+  // (with a warning).
+  static Result<PidFile> create(const std::string& path, pid_t predecessor = 0);
   PidFile() = default;
   PidFile(PidFile&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
   PidFile& operator=(PidFile&& o) noexcept;

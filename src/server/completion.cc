@@ -228,7 +228,12 @@ struct Prepared {
 std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, Endpoint endpoint) {
   Prepared p;
   p.model = s.current_model();
-  if (s.is_draining) return ApiError{ErrorKind::Draining, "the server is shutting down", {}};
+  // With --reuse-port a request that reaches a draining server came over a connection the
+  // kernel gave it before the handover: serving it (then closing) fails nothing; refusing it
+  // would fail a request no client can know to retry. Past the drain deadline nothing new runs.
+  if (s.is_draining && (!s.opts.reuse_port || s.cut_off)) {
+    return ApiError{ErrorKind::Draining, "the server is shutting down", {}};
+  }
   if (!p.model) return ApiError{ErrorKind::NotReady, "the model is still loading", {}};
   auto parsed = parse_completion_request(req.body(), endpoint);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;

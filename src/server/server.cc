@@ -1,11 +1,14 @@
 #include "server/server.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <future>
 
 #include "base/log.h"
 #include "server/server_impl.h"
@@ -123,13 +126,54 @@ void Server::Impl::start_drain() {
       if (c->idle && c->served > 0) c->stream.cancel();  // an idle keep-alive connection
     });
   }
+  if (opts.reuse_port && listening) hand_over();
   asio::co_spawn(*control, drain_loop(), asio::detached);
+}
+
+// With SO_REUSEPORT the kernel picks a listener per connection. A classic BPF program on the
+// port's group returning 1 sends every new connection to the socket at index 1: the successor,
+// since this server bound first (the group keeps its sockets in order of joining, and moves
+// the last into a leaver's place, so the older of two is always index 0). With no successor
+// the index is out of range and the kernel falls back to its hash: nothing changes. A
+// connection already queued here, or whose handshake began before the program, is still ours:
+// the accept loop keeps taking them during `handover`, then the listener closes. (Linux can
+// migrate a closed listener's queue itself with net.ipv4.tcp_migrate_req=1; this works
+// without it.)
+void Server::Impl::hand_over() {
+  sock_filter code[] = {{BPF_RET | BPF_K, 0, 0, 1}};
+  sock_fprog prog{1, code};
+  if (::setsockopt(acceptor->native_handle(), SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog,
+                   sizeof prog) != 0) {
+    log::warn("ember: cannot steer new connections to the successor: {}", std::strerror(errno));
+  }
+  log::info("ember: handing the port over: closing the listener in {} ms", opts.handover.count());
+  auto timer = std::make_shared<asio::steady_timer>(*control, opts.handover);
+  timer->async_wait([this, timer](const boost::system::error_code&) {
+    boost::system::error_code ec;
+    acceptor->close(ec);
+    handed_over = true;
+    log::info(
+        "ember: listener closed after taking {} connection(s) during the handover; the "
+        "port is the successor's",
+        handover_accepts.load());
+  });
+}
+
+Status Server::Impl::open_listener() {
+  boost::system::error_code ec;
+  if (acceptor->listen(asio::socket_base::max_listen_connections, ec); ec) {
+    return fail("listen on {}:{}: {}", opts.host, opts.port, ec.message());
+  }
+  listening = true;
+  return {};
 }
 
 asio::awaitable<void> Server::Impl::drain_loop() {
   asio::steady_timer timer(*control);
   for (;;) {
-    auto step = drain.poll(Clock::now(), in_flight.load());
+    // With a handover the open listener counts as work: a connection it queued is still ours.
+    const bool handing_over = opts.reuse_port && listening && !handed_over;
+    auto step = drain.poll(Clock::now(), in_flight.load() + (handing_over ? 1 : 0));
     if (step.cut_off) {
       cut_off = true;
       int n = 0;
@@ -154,6 +198,7 @@ asio::awaitable<void> Server::Impl::accept_loop() {
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
     if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
     sock.set_option(tcp::no_delay(true));
+    if (is_draining) ++handover_accepts;
     auto c = std::make_shared<Conn>(std::move(sock));
     uint64_t id;
     {
@@ -179,11 +224,19 @@ Result<uint16_t> Server::listen() {
   s.acceptor.emplace(*s.control);
   if (s.acceptor->open(ep.protocol(), ec); ec) return fail("socket: {}", ec.message());
   s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (s.opts.reuse_port) {
+    int one = 1;
+    if (::setsockopt(s.acceptor->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one)) {
+      return fail("--reuse-port: setsockopt(SO_REUSEPORT): {}", std::strerror(errno));
+    }
+  }
   if (s.acceptor->bind(ep, ec); ec) {
     return fail("cannot listen on {}:{}: {}", s.opts.host, s.opts.port, ec.message());
   }
-  if (s.acceptor->listen(asio::socket_base::max_listen_connections, ec); ec) {
-    return fail("listen on {}:{}: {}", s.opts.host, s.opts.port, ec.message());
+  // With --reuse-port the port is bound now (its errors reported at once) but listen(2), which
+  // joins the port's group and so takes a share of the connections, waits for the model.
+  if (!s.opts.reuse_port) {
+    if (auto st = s.open_listener(); !st) return fail("{}", st.message());
   }
   return s.acceptor->local_endpoint().port();
 }
@@ -214,7 +267,7 @@ void Server::start() {
     };
     (*arm)();
   }
-  asio::co_spawn(*s.control, s.accept_loop(), asio::detached);
+  if (s.listening) asio::co_spawn(*s.control, s.accept_loop(), asio::detached);
   for (int i = 0; i < std::max(1, s.opts.io_threads); ++i) {
     s.threads.emplace_back([&s] { s.ioc->run(); });
   }
@@ -226,6 +279,25 @@ void Server::set_model(std::shared_ptr<ServedModel> model) {
     impl_->model = std::move(model);
   }
   impl_->is_ready = true;
+  Impl* s = impl_.get();
+  if (s->opts.reuse_port) {
+    // Synchronous: once set_model returns (and the caller reports ready, e.g. to `ember
+    // restart`), this server is in the port's group, so a predecessor may hand over.
+    std::promise<void> joined;
+    asio::post(*s->control, [s, &joined] {
+      if (!s->listening && !s->is_draining && s->acceptor->is_open()) {
+        if (auto st = s->open_listener(); !st) {
+          log::error("ember: {}", st.message());
+          s->finish(1);
+        } else {
+          log::info("ember: listening (--reuse-port: joined the port's listeners)");
+          asio::co_spawn(*s->control, s->accept_loop(), asio::detached);
+        }
+      }
+      joined.set_value();
+    });
+    joined.get_future().wait();
+  }
 }
 
 void Server::set_load_failed(std::string message) {

@@ -49,6 +49,13 @@ struct ServerOptions {
   std::vector<std::string> cors_origins;
   int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
   bool web_ui = true;                 // the chat page at / (--no-web-ui: off)
+  // --reuse-port (SO_REUSEPORT): a successor can bind the same port while this server drains
+  // (`ember restart`). The listener opens only once the model is loaded (so the kernel never
+  // hands a connection to a server that is still loading); at drain new connections are
+  // steered to the other listener on the port, the ones already queued here are taken and
+  // served during `handover`, then the listener closes.
+  bool reuse_port = false;
+  std::chrono::milliseconds handover{1'000};
 };
 
 struct ServedModel {

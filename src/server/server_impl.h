@@ -67,6 +67,9 @@ struct Server::Impl {
   std::atomic<bool> is_ready{false};
   std::atomic<bool> is_draining{false};
   std::atomic<bool> cut_off{false};
+  std::atomic<bool> listening{false};    // listen(2) done (at once, or at ready with reuse_port)
+  std::atomic<bool> handed_over{false};  // reuse_port: the listener closed after the handover
+  std::atomic<int> handover_accepts{0};  // connections taken while handing the port over
   std::atomic<int> in_flight{0};
   std::atomic<int> drain_in_flight{0};  // requests in flight when the drain began
   std::atomic<int> drain_cancelled{0};  // requests the drain deadline cancelled
@@ -89,6 +92,8 @@ struct Server::Impl {
   void start_drain();         // control strand
   void request_drain();       // any thread: begin the drain unless it has begun (idempotent)
   asio::awaitable<void> accept_loop();
+  Status open_listener();  // control strand (or before start): listen(2), then accept
+  void hand_over();        // control strand: steer new connections away, close after handover
   asio::awaitable<void> drain_loop();
   bool engine_healthy();  // liveness by progress
   // Accepting completions: loaded, not draining, and the engine (worker) is up.

@@ -28,6 +28,9 @@ class EngineClient {
   virtual EngineStats stats() const = 0;
   virtual const ModelInfo& model_info() const = 0;
   int32_t n_ctx() const { return model_info().n_ctx; }
+  // Writes the warm-state file now, from the cache as it is (`ember restart` hands it to the
+  // successor); blocks until written. Not ok when there is no cache or no warm directory.
+  virtual engine::WarmReport save_warm() = 0;
   // Ends every request and stops the engine (the subprocess client runs its stop ladder);
   // idempotent; blocks until the engine has stopped.
   virtual void shutdown() = 0;

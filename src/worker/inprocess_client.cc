@@ -43,6 +43,12 @@ EngineStats InProcessEngineClient::stats() const {
   return engine_ ? from_engine(engine_->stats()) : last_stats_;
 }
 
+engine::WarmReport InProcessEngineClient::save_warm() {
+  std::lock_guard lock(mu_);  // a shutdown waits for the save (rare, and bounded by io_budget)
+  if (!engine_) return {.message = "the engine has stopped"};
+  return engine_->save_warm_state();
+}
+
 void InProcessEngineClient::shutdown() {
   std::unique_ptr<engine::Engine> dying;
   {

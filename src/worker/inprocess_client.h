@@ -21,6 +21,7 @@ class InProcessEngineClient final : public EngineClient {
   void cancel(uint64_t id, CancelCause cause) override;
   int cancel_all(CancelCause cause) override;
   EngineStats stats() const override;
+  engine::WarmReport save_warm() override;
   const ModelInfo& model_info() const override { return info_; }
   void shutdown() override;
 

@@ -143,6 +143,12 @@ void fields(V& v, Cancel& m) {
 template <typename V>
 void fields(V&, Stop&) {}
 template <typename V>
+void fields(V&, SaveWarm&) {}
+template <typename V>
+void fields(V& v, WarmSaved& m) {
+  v(m.report.ok), v(m.report.blocks), v(m.report.bytes), v(m.report.seconds), v(m.report.message);
+}
+template <typename V>
 void fields(V& v, Hello& m) {
   v(m.model.arch_name), v(m.model.name), v(m.model.n_ctx), v(m.pid);
   stats_fields(v, m.stats);
@@ -224,6 +230,10 @@ const char* type_name(Type t) {
       return "cancel";
     case Type::Stop:
       return "stop";
+    case Type::SaveWarm:
+      return "save-warm";
+    case Type::WarmSaved:
+      return "warm-saved";
     case Type::Hello:
       return "hello";
     case Type::LoadFailed:
@@ -264,6 +274,8 @@ EMBER_PROTO_MESSAGE(Configure)
 EMBER_PROTO_MESSAGE(Submit)
 EMBER_PROTO_MESSAGE(Cancel)
 EMBER_PROTO_MESSAGE(Stop)
+EMBER_PROTO_MESSAGE(SaveWarm)
+EMBER_PROTO_MESSAGE(WarmSaved)
 EMBER_PROTO_MESSAGE(Hello)
 EMBER_PROTO_MESSAGE(LoadFailed)
 EMBER_PROTO_MESSAGE(Accepted)

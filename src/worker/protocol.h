@@ -26,7 +26,7 @@
 namespace ember::worker::proto {
 
 inline constexpr uint32_t kMagic = 0x57424D45;  // "EMBW" as little-endian bytes
-inline constexpr uint16_t kVersion = 2;         // 2: n, logit_bias, constraint spec, cache stats
+inline constexpr uint16_t kVersion = 3;  // 2: n, logit_bias, constraint, cache stats; 3: save-warm
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr uint32_t kMaxPayload = 64u << 20;  // a 16M-token prompt at most
 
@@ -36,6 +36,7 @@ enum class Type : uint16_t {
   Submit = 2,
   Cancel = 3,
   Stop = 4,
+  SaveWarm = 5,
   // worker -> front
   Hello = 16,
   LoadFailed = 17,
@@ -45,6 +46,7 @@ enum class Type : uint16_t {
   Done = 21,
   Stats = 22,
   ProtocolError = 23,
+  WarmSaved = 24,
 };
 const char* type_name(Type t);
 
@@ -70,6 +72,9 @@ struct Cancel {
 };
 struct Stop {  // same as EOF: drain and exit 0
   static constexpr Type kType = Type::Stop;
+};
+struct SaveWarm {  // write the warm-state file now (`ember restart`); answered by WarmSaved
+  static constexpr Type kType = Type::SaveWarm;
 };
 struct Hello {
   static constexpr Type kType = Type::Hello;
@@ -109,11 +114,17 @@ struct ProtocolError {
   std::string message;
 };
 
+struct WarmSaved {
+  static constexpr Type kType = Type::WarmSaved;
+  engine::WarmReport report;
+};
+
 // Appends one whole frame (header + payload) to `out`.
 void append(std::vector<uint8_t>& out, const Configure& m);
 void append(std::vector<uint8_t>& out, const Submit& m);
 void append(std::vector<uint8_t>& out, const Cancel& m);
 void append(std::vector<uint8_t>& out, const Stop& m);
+void append(std::vector<uint8_t>& out, const SaveWarm& m);
 void append(std::vector<uint8_t>& out, const Hello& m);
 void append(std::vector<uint8_t>& out, const LoadFailed& m);
 void append(std::vector<uint8_t>& out, const Accepted& m);
@@ -122,6 +133,7 @@ void append(std::vector<uint8_t>& out, const Token& m);
 void append(std::vector<uint8_t>& out, const Done& m);
 void append(std::vector<uint8_t>& out, const Stats& m);
 void append(std::vector<uint8_t>& out, const ProtocolError& m);
+void append(std::vector<uint8_t>& out, const WarmSaved& m);
 
 template <typename M>
 std::vector<uint8_t> encode(const M& m) {

@@ -218,6 +218,15 @@ void SubprocessEngineClient::dispatch(const proto::Frame& f, process::Child& chi
       cv_.notify_all();
       return;
     }
+    case proto::Type::WarmSaved: {
+      auto m = proto::decode<proto::WarmSaved>(f.payload);
+      if (!m) return bad(m.message());
+      std::lock_guard lock(mu_);
+      last_warm_ = std::move(m->report);
+      ++warm_answered_;
+      cv_.notify_all();
+      return;
+    }
     case proto::Type::Stats: {
       auto m = proto::decode<proto::Stats>(f.payload);
       if (!m) return bad(m.message());
@@ -232,6 +241,7 @@ void SubprocessEngineClient::dispatch(const proto::Frame& f, process::Child& chi
       if (!ever_loaded_) info_ = m->model;
       ever_loaded_ = true;
       last_stats_ = m->stats;
+      warm_answered_ = warm_asked_;  // a fresh worker owes nothing a dead one was asked
       if (state_ == State::Starting) state_ = State::Up;
       log::info("engine worker: pid {} ready", child.pid());
       cv_.notify_all();
@@ -356,6 +366,26 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
   }
   for (int32_t i = 0; i < n; ++i) live_.erase(id + i);
   return r;
+}
+
+engine::WarmReport SubprocessEngineClient::save_warm() {
+  uint64_t ticket;
+  pid_t pid;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Up || stopping_) return {.message = "the engine worker is not running"};
+    ticket = ++warm_asked_;
+    pid = child_ ? child_->pid() : 0;
+  }
+  if (!send(proto::encode(proto::SaveWarm{}))) return {.message = "the engine worker is gone"};
+  std::unique_lock lock(mu_);
+  // The worker answers in order; a worker that dies (or is replaced) never will.
+  const bool answered = cv_.wait_for(lock, std::chrono::minutes(5), [&] {
+    const pid_t now = child_ ? child_->pid() : 0;
+    return warm_answered_ >= ticket || state_ != State::Up || now != pid;
+  });
+  if (answered && warm_answered_ >= ticket) return last_warm_;
+  return {.message = "the engine worker did not finish saving"};
 }
 
 void SubprocessEngineClient::stream_dropped(uint64_t id) {

@@ -62,6 +62,7 @@ class SubprocessEngineClient final : public EngineClient,
   void cancel(uint64_t id, CancelCause cause) override;
   int cancel_all(CancelCause cause) override;
   EngineStats stats() const override;
+  engine::WarmReport save_warm() override;
   const ModelInfo& model_info() const override { return info_; }
   void shutdown() override;
   void kill_now() override;
@@ -106,6 +107,9 @@ class SubprocessEngineClient final : public EngineClient,
   uint64_t next_id_ = 1;
   std::map<uint64_t, Live> live_;
   EngineStats last_stats_;
+  uint64_t warm_asked_ = 0;     // SaveWarm frames sent to the current worker
+  uint64_t warm_answered_ = 0;  // WarmSaved frames it sent back (in order)
+  engine::WarmReport last_warm_;
   uint64_t restarts_ = 0;
   std::string stop_description_ = "not stopped";
   std::thread supervisor_;

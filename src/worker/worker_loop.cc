@@ -282,6 +282,18 @@ class Worker {
       case proto::Type::Cancel:
         if (auto m = decode<proto::Cancel>(f)) cancel(*m);
         break;
+      case proto::Type::SaveWarm: {
+        // On this (the reading) thread: the engine runs the save between two steps, so no
+        // frame behind this one could take effect sooner anyway.
+        proto::WarmSaved m;
+        if (engine_) {
+          m.report = engine_->save_warm_state();
+        } else {
+          m.report.message = "no model loaded";
+        }
+        out_.send(m);
+        break;
+      }
       case proto::Type::Stop:
         log::info("engine worker: stop frame: draining");
         begin_drain();

@@ -56,9 +56,9 @@ def wait_for(pred, timeout=10.0, interval=0.02, what="condition"):
 
 
 class Server:
-    def __init__(self, ember, model, *args, threads=1):
-        self.args = [ember, "serve", "--model", model, "--port", "0", "--threads", str(threads),
-                     *args]
+    def __init__(self, ember, model, *args, threads=1, port=0):
+        self.args = [ember, "serve", "--model", model, "--port", str(port), "--threads",
+                     str(threads), *args]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines = []
         self.port = None

@@ -11,7 +11,7 @@ import pytest
 from conftest import wait_for
 
 MAGIC = 0x57424D45
-VERSION = 2  # worker/protocol.h kVersion
+VERSION = 3  # worker/protocol.h kVersion
 CONFIGURE, SUBMIT, CANCEL, STOP = 1, 2, 3, 4
 HELLO, LOAD_FAILED, ACCEPTED, REJECTED, TOKEN, DONE, STATS, PROTOCOL_ERROR = range(16, 24)
 

@@ -94,6 +94,26 @@ TEST(Protocol, events_and_control_frames_survive_the_trip) {
   EXPECT_EQ(hb.stats.warm_blocks_loaded, 9);
 }
 
+TEST(Protocol, a_warm_save_and_its_report_survive_the_trip) {
+  round_trip(SaveWarm{});  // checks the frame type
+  WarmSaved w;
+  w.report = {true, 42, 1 << 20, 0.5, ""};
+  WarmSaved wb = round_trip(w);
+  EXPECT_TRUE(wb.report.ok);
+  EXPECT_EQ(wb.report.blocks, 42);
+  EXPECT_EQ(wb.report.bytes, 1 << 20);
+  EXPECT_EQ(wb.report.seconds, 0.5);
+  WarmSaved f;
+  f.report.message = "no warm-cache directory";
+  EXPECT_EQ(round_trip(f).report.message, "no warm-cache directory");
+  EXPECT_FALSE(round_trip(f).report.ok);
+  // A truncated report is a malformed frame that names itself.
+  auto bytes = encode(w);
+  auto r = decode<WarmSaved>(std::span<const uint8_t>(bytes).subspan(kHeaderSize, 5));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("warm-saved"), std::string::npos) << r.message();
+}
+
 TEST(Protocol, frames_split_anywhere_are_reassembled) {
   std::vector<uint8_t> bytes;
   append(bytes, Accepted{1});
