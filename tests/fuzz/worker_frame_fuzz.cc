@@ -24,6 +24,9 @@ void decode_payload(const Frame& f) {
     case Type::Stop:
       (void)decode<Stop>(f.payload);
       break;
+    case Type::SaveWarm:
+      (void)decode<SaveWarm>(f.payload);
+      break;
     case Type::Hello:
       (void)decode<Hello>(f.payload);
       break;
@@ -47,6 +50,9 @@ void decode_payload(const Frame& f) {
       break;
     case Type::ProtocolError:
       (void)decode<ProtocolError>(f.payload);
+      break;
+    case Type::WarmSaved:
+      (void)decode<WarmSaved>(f.payload);
       break;
   }
 }
