@@ -220,10 +220,9 @@ int cmd_restart(int argc, char** argv) {
   }
   std::optional<engine::WarmReport> warm;
   for (auto deadline = Clock::now() + ms(save_timeout_s); Clock::now() < deadline;) {
-    if (std::filesystem::exists(warm_path, ec)) {
-      auto r = read_warm_report(warm_path);
-      if (r) warm = *r;
-      if (r) break;
+    if (auto r = read_warm_report(warm_path)) {  // absent until the old server wrote it
+      warm = *r;
+      break;
     }
     std::this_thread::sleep_for(Ms(20));  // polling a file another process writes
   }
