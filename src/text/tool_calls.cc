@@ -234,6 +234,7 @@ void ToolCallParser::whole_answer(Out& out, bool at_end) {
       start = semi == std::string::npos ? s.size() : semi + 1;
       while (start < s.size() && (s[start] == ' ' || s[start] == '\n')) ++start;
     }
+    ok = ok && !calls.empty();  // a bare tag with nothing after it is text, not zero calls
   }
   if (ok) {
     out.calls = std::move(calls);

@@ -64,8 +64,10 @@ class Outbox {
     std::lock_guard lock(mu_);
     return streams_.size();
   }
+  // The source of Stats frames. Once set_stats({}) returns, the old source is not running and
+  // is never called again: the worker clears it before it destroys the engine it reads.
   void set_stats(std::function<EngineStats()> f) {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(stats_mu_);
     stats_ = std::move(f);
   }
   bool broken() const { return broken_.load(); }
@@ -86,6 +88,13 @@ class Outbox {
     cv_.notify_one();
   }
 
+  // Called with stats_mu_ held, so set_stats() waits out a call in progress.
+  std::optional<EngineStats> stats() {
+    std::lock_guard lock(stats_mu_);
+    if (!stats_) return std::nullopt;
+    return stats_();
+  }
+
   void run() {
     std::vector<uint8_t> buf;
     std::vector<uint64_t> ready;
@@ -94,7 +103,6 @@ class Outbox {
     std::optional<EngineStats> last;
     for (;;) {
       bool closing;
-      std::function<EngineStats()> stats;
       {
         std::unique_lock lock(mu_);
         cv_.wait_until(lock, next_stats,
@@ -102,7 +110,6 @@ class Outbox {
         buf.swap(control_);
         ready.swap(ready_);
         closing = closing_;
-        stats = stats_;
         work.clear();
         for (uint64_t id : ready) {
           auto it = streams_.find(id);
@@ -118,23 +125,21 @@ class Outbox {
             // Stats first: the engine released the request before pushing its DoneEvent, so
             // a front that holds the Done already sees stats without it (engine.h's promise,
             // kept across the process boundary).
-            if (stats) proto::append(buf, proto::Stats{stats()});
+            if (auto st = stats()) proto::append(buf, proto::Stats{*st});
             proto::append(buf, proto::Done{id, std::get<DoneEvent>(*ev)});
             std::lock_guard lock(mu_);
             streams_.erase(id);
           }
         }
       }
-      if (stats && Clock::now() >= next_stats) {
+      if (Clock::now() >= next_stats) {
         next_stats = Clock::now() + std::chrono::milliseconds(100);
-        EngineStats st = stats();
-        if (!last || st.steps != last->steps || st.active != last->active ||
-            st.queued != last->queued || st.kv_bytes != last->kv_bytes) {
-          proto::append(buf, proto::Stats{st});
+        auto st = stats();
+        if (st && (!last || st->steps != last->steps || st->active != last->active ||
+                   st->queued != last->queued || st->kv_bytes != last->kv_bytes)) {
+          proto::append(buf, proto::Stats{*st});
           last = st;
         }
-      } else if (!stats) {
-        next_stats = Clock::now() + std::chrono::milliseconds(100);
       }
       if (!buf.empty() && !broken_ && !write_all(fd_, buf)) {
         log::error("engine worker: cannot write to the front: {}", strerror(errno));
@@ -154,6 +159,7 @@ class Outbox {
   std::vector<uint8_t> control_;
   std::vector<uint64_t> ready_;
   std::map<uint64_t, std::shared_ptr<EventStream>> streams_;
+  std::mutex stats_mu_;  // never held with mu_
   std::function<EngineStats()> stats_;
   bool closing_ = false;
   std::atomic<bool> broken_{false};
@@ -235,7 +241,10 @@ class Worker {
 
   int finish() {
     // Joins the engine thread once every stream has ended; the engine then saves its warm state
-    // (EngineOptions::warm, from --warm-cache-dir): the point of draining on EOF.
+    // (EngineOptions::warm, from --warm-cache-dir): the point of draining on EOF. The outbox
+    // stops reading the engine's stats first: it must not call into an engine being destroyed
+    // (TSan caught the periodic Stats frame racing the engine's destructor and its warm save).
+    out_.set_stats({});
     engine_.reset();
     out_.close();
     log::info("engine worker: drained; exiting {}", protocol_failed_ ? 2 : 0);

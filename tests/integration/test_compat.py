@@ -12,6 +12,8 @@ import pytest
 
 from conftest import connect, parse_response, read_all, request, send_request
 
+pytestmark = pytest.mark.heavy  # the openai client end to end, constrained generation
+
 KEY = "compat-key"
 ORIGIN = "https://app.example"
 

@@ -10,6 +10,8 @@ from langchain_openai import ChatOpenAI
 
 from test_compat import KEY, default_model_path  # noqa: F401 (the shared server setup)
 
+pytestmark = pytest.mark.heavy  # LangChain end to end, constrained generation
+
 
 @pytest.fixture(scope="module")
 def server(ember):

@@ -97,6 +97,7 @@ def wait_line(server, text, timeout=60):
     assert any(text in l for l in server.lines), "".join(server.lines)
 
 
+@pytest.mark.heavy  # thousands of requests across three handovers
 def test_successors_take_the_port_without_a_refused_connection_or_a_failed_request(ember, models):
     # Three switches in a row: the steering program stays on the port's socket group after each
     # old server leaves, so the second and third switches check it still picks the newcomer.

@@ -156,6 +156,7 @@ def stop_replica(ember, server, pid_file):
     return server.wait_exit(30)
 
 
+@pytest.mark.heavy  # a load test: its drain bounds assume release speed
 def test_rolling_restart_behind_nginx_loses_no_request(ember, tmp_path):
     ports = [free_port() for _ in range(3)]
     args = ["--max-sequences", "4", "--drain-timeout", "30"]

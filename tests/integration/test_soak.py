@@ -19,6 +19,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from conftest import connect, parse_response, read_all, wait_for
 
 N_REQUESTS = int(os.environ.get("EMBER_SOAK_REQUESTS", "600"))
@@ -159,6 +161,7 @@ def soak(port, n, seed, points_weights):
     return counts, failures
 
 
+@pytest.mark.heavy  # the ASan stage runs it shortened (EMBER_SOAK_REQUESTS)
 def test_soak_with_random_disconnects_leaves_nothing_behind(start_server, models):
     s = start_server(models["small"], "--max-sequences", str(SLOTS), "--ctx-size", "2048",
                      "--write-timeout", "5")

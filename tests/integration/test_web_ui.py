@@ -15,6 +15,8 @@ import pytest
 
 from conftest import Server, request, wait_for
 
+pytestmark = pytest.mark.heavy  # a real browser against the page
+
 try:
     import selenium  # noqa: F401
 except ImportError:  # Debian's python3-selenium serves the system python; this one may differ

@@ -86,6 +86,10 @@ TEST(ToolCalls, llama3_json_answers_are_calls) {
   const std::string broken = "{\"name\": \"get_weather\", \"parameters\": {\"city\": ";
   expect_parse(ToolFormat::Llama3, broken, broken, {});
   expect_parse(ToolFormat::Llama3, "{\"answer\": 42}", "{\"answer\": 42}", {});
+  // Found by tool_calls_fuzz: the tag alone (cut off by max_tokens, or the model ending there)
+  // was taken as zero calls, and the text was lost.
+  expect_parse(ToolFormat::Llama3, "<|python_tag|>", "<|python_tag|>", {});
+  expect_parse(ToolFormat::Llama3, "<|python_tag|>  ", "<|python_tag|>  ", {});
 }
 
 // Recorded from Mistral-7B-Instruct-v0.3.
