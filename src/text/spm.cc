@@ -3,6 +3,7 @@
 // while their concatenation is a token, highest score first (ties: leftmost); a symbol that is
 // not a token is emitted as its bytes (<0xNN> tokens).
 #include <array>
+#include <cctype>
 #include <queue>
 
 #include "text/tokenizer_impl.h"
@@ -58,7 +59,8 @@ class SpmTokenizer final : public Tokenizer {
   std::string text_piece(int32_t id) const override {
     const std::string& t = vocab_.tokens[id];
     if (vocab_.types[id] == TokenType::Byte) {
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && std::isxdigit(uint8_t(t[3])) &&
+          std::isxdigit(uint8_t(t[4])) && t[5] == '>') {
         return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
       }
       return t;

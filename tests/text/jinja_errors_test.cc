@@ -42,6 +42,15 @@ TEST(JinjaErrors, malformed_templates_name_what_is_wrong) {
   EXPECT_EQ(parse_error("{{ 'abc }}"), "t line 1: unterminated string literal");
   EXPECT_EQ(parse_error("{% break %}"), "t line 1: 'break' outside of a for loop");
   EXPECT_EQ(parse_error("{{ 1 + }}"), "t line 1: unexpected '}}' in expression");
+  // Found by jinja_fuzz: a non-hex escape threw std::invalid_argument out of the parser.
+  EXPECT_EQ(parse_error("{{ '\\xZZ' }}"),
+            "t line 1: invalid \\x escape in string literal: 2 hex digits expected");
+  EXPECT_EQ(parse_error("{{ '\\u00g1' }}"),
+            "t line 1: invalid \\u escape in string literal: 4 hex digits expected");
+  EXPECT_EQ(parse_error("{{ '\\U00110000' }}"),
+            "t line 1: \\U escape in string literal is not a Unicode scalar value");
+  EXPECT_EQ(parse_error("{{ x.99999999999999999999 }}"),
+            "t line 1: integer literal 99999999999999999999 is out of range");
 }
 
 TEST(JinjaErrors, raise_exception_fails_the_render_with_exactly_its_message) {

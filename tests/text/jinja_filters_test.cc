@@ -80,6 +80,8 @@ TEST(JinjaFilters, number_filters) {
   EXPECT_EQ(render("{{ 2.5 | round }} {{ 3.5 | round }} {{ 2.567 | round(2) }} {{ 2.1 | "
                    "round(method='ceil') }} {{ 2.9 | round(0, 'floor') }} {{ 7 | round }}"),
             "2.0 4.0 2.57 3.0 2.0 7");
+  // Past int64 (Python would give a big int) the default comes back, never undefined behaviour.
+  EXPECT_EQ(render("{{ 1e30 | int }} {{ '1e30' | int(7) }} {{ 1e999 | int(1) }}"), "0 7 1");
 }
 
 TEST(JinjaFilters, tojson_matches_json_dumps_with_ensure_ascii_false) {

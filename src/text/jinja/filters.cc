@@ -28,9 +28,16 @@ struct Args {
   }
 };
 
+// A float outside int64's range (or NaN) has no int64 value: converting it would be undefined
+// behaviour, so it takes the default (Python's big ints are not modelled).
+int64_t float_to_int(double d, int64_t dflt) {
+  if (!(d > -9.2e18 && d < 9.2e18)) return dflt;
+  return static_cast<int64_t>(d);
+}
+
 int64_t to_int(const Value& v, int64_t dflt) {
   if (v.is_int() || v.is_bool()) return v.as_int();
-  if (v.is_float()) return static_cast<int64_t>(v.as_double());
+  if (v.is_float()) return float_to_int(v.as_double(), dflt);
   if (v.is_string()) {
     try {
       size_t n = 0;
@@ -38,7 +45,7 @@ int64_t to_int(const Value& v, int64_t dflt) {
       int64_t r = std::stoll(s, &n, 10);
       if (n == s.size()) return r;
       double d = std::stod(s, &n);  // Jinja falls back to int(float(s))
-      if (n == s.size()) return static_cast<int64_t>(d);
+      if (n == s.size()) return float_to_int(d, dflt);
     } catch (const std::exception&) {
     }
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <set>
 
 #include "text/jinja/builtins.h"
@@ -446,7 +447,7 @@ class Parser {
       }
       case TokKind::kFloat: {
         auto e = make(Expr::Kind::kLiteral, l);
-        e->literal = Value(std::stod(t.value));
+        e->literal = Value(std::strtod(t.value.c_str(), nullptr));  // 1e999 is inf, as in Python
         return e;
       }
       case TokKind::kName: {
@@ -527,7 +528,12 @@ class Parser {
         auto a = make(Expr::Kind::kAttr, l);
         if (peek().kind == TokKind::kInt) {  // x.0 is x[0] in Jinja
           auto idx = make(Expr::Kind::kLiteral, l);
-          idx->literal = Value(static_cast<int64_t>(std::stoll(next().value)));
+          const std::string digits = next().value;
+          try {
+            idx->literal = Value(static_cast<int64_t>(std::stoll(digits)));
+          } catch (const std::exception&) {
+            throw TemplateError(l, fmt::format("integer literal {} is out of range", digits));
+          }
           a = make(Expr::Kind::kItem, l);
           a->b = std::move(idx);
         } else {

@@ -22,6 +22,8 @@ Result<Template> Template::parse(std::string_view source, std::string name) {
     return Template(std::move(body), std::move(name));
   } catch (const TemplateError& e) {
     return to_error(name, e);
+  } catch (const std::exception& e) {  // e.g. std::out_of_range from a huge number literal
+    return fail("{}: {}", name, e.what());
   }
 }
 

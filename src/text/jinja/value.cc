@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 namespace ember::text::jinja {
 
@@ -53,7 +54,13 @@ Value Value::from_json(const nlohmann::json& j) {
 
 int64_t Value::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
-  if (is_float()) return static_cast<int64_t>(std::get<double>(v_));
+  if (is_float()) {  // saturating: a cast of an out-of-range double is undefined behaviour
+    double d = std::get<double>(v_);
+    if (std::isnan(d)) return 0;
+    if (d <= -9.2e18) return std::numeric_limits<int64_t>::min();
+    if (d >= 9.2e18) return std::numeric_limits<int64_t>::max();
+    return static_cast<int64_t>(d);
+  }
   return std::get<int64_t>(v_);
 }
 
