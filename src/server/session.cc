@@ -78,8 +78,9 @@ std::string models_body(const ServedModel& m) {
 Reply model_reply(const ServedModel& m, std::string_view encoded) {
   std::string id;
   for (size_t i = 0; i < encoded.size(); ++i) {
-    if (encoded[i] == '%' && i + 2 < encoded.size() && std::isxdigit(encoded[i + 1]) &&
-        std::isxdigit(encoded[i + 2])) {
+    if (encoded[i] == '%' && i + 2 < encoded.size() &&
+        std::isxdigit(static_cast<unsigned char>(encoded[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(encoded[i + 2]))) {
       id += static_cast<char>(std::stoi(std::string(encoded.substr(i + 1, 2)), nullptr, 16));
       i += 2;
     } else {
