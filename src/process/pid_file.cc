@@ -79,8 +79,9 @@ bool wait_gone(pid_t pid, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   int r = 0;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
+    const auto until = deadline - Clock::now();  // rounded up: never wait short of the timeout
+    if (until <= until.zero()) break;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until);
     r = ::poll(&p, 1, static_cast<int>(left.count()));
     if (r != 0 && !(r < 0 && errno == EINTR)) break;
   }

@@ -27,14 +27,15 @@ namespace {
 using Ms = std::chrono::milliseconds;
 
 // Waits until the child is reaped or `window` has passed on the clock, re-checking waitpid
-// after every wait.
+// after every wait. The time left is compared at the clock's own resolution and waited in
+// whole milliseconds rounded up: truncating it let a rung end up to 1 ms short of its window.
 std::optional<ExitStatus> wait_rung(StoppableChild& c, Ms window, const NowFn& now) {
   const auto deadline = now() + window;
   for (;;) {
     if (auto st = c.try_reap()) return st;
-    auto left = std::chrono::duration_cast<Ms>(deadline - now());
-    if (left <= Ms(0)) return std::nullopt;
-    c.wait_for(left);
+    const auto left = deadline - now();
+    if (left <= left.zero()) return std::nullopt;
+    c.wait_for(std::chrono::ceil<Ms>(left));
   }
 }
 

@@ -38,6 +38,11 @@ struct FakeChild : StoppableChild {
   }
   // Like a pidfd poll: wakes when the child exits, else (early) after half the time asked.
   void wait_for(std::chrono::milliseconds d) override {
+    if (shortfall > Clock::duration::zero()) {  // a timer that fires a fraction of a ms early
+      t += std::chrono::duration_cast<Clock::duration>(d) - shortfall;
+      if (exit_at && *exit_at <= t) t = std::max(*exit_at, t);
+      return;
+    }
     auto step = std::max(std::chrono::duration_cast<Clock::duration>(d / 2), Clock::duration(1ms));
     t = (exit_at && *exit_at > t && *exit_at < t + step) ? *exit_at : t + step;
   }
@@ -46,6 +51,7 @@ struct FakeChild : StoppableChild {
   }
   std::optional<Clock::time_point> exit_at;
   int status = 0;
+  Clock::duration shortfall{};
 };
 
 const LadderWindows kWindows{30s, 5s, 5s};
@@ -68,6 +74,16 @@ TEST(StopLadder, a_child_that_ignores_eof_gets_sigterm_after_the_full_drain_wind
   // Waits that returned early did not shorten the window: SIGTERM came at 30 s, not before.
   EXPECT_GE(out.elapsed, 30s);
   EXPECT_LT(out.elapsed, 31s);
+}
+
+// Seen in a local CI run: a real ladder ended its two windows after 3,999 ms of 4,000, because
+// the time left was truncated to whole milliseconds (0.9 ms left counted as none).
+TEST(StopLadder, a_wait_that_ends_a_fraction_of_a_millisecond_early_does_not_shorten_a_window) {
+  FakeChild c(FakeChild::Obeys::Kill);
+  c.shortfall = std::chrono::microseconds(300);
+  auto out = run_stop_ladder(c, kWindows, "test", c.clock());
+  EXPECT_EQ(out.rung, Rung::Kill);
+  EXPECT_GE(out.elapsed, 35s);
 }
 
 TEST(StopLadder, a_child_that_ignores_sigterm_gets_sigkill) {
