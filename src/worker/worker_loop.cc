@@ -88,7 +88,7 @@ class Outbox {
     cv_.notify_one();
   }
 
-  // Called with stats_mu_ held, so set_stats() waits out a call in progress.
+  // Calls the source under stats_mu_, so set_stats() waits out a call in progress.
   std::optional<EngineStats> stats() {
     std::lock_guard lock(stats_mu_);
     if (!stats_) return std::nullopt;

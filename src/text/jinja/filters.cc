@@ -28,16 +28,10 @@ struct Args {
   }
 };
 
-// A float outside int64's range (or NaN) has no int64 value: converting it would be undefined
-// behaviour, so it takes the default (Python's big ints are not modelled).
-int64_t float_to_int(double d, int64_t dflt) {
-  if (!(d > -9.2e18 && d < 9.2e18)) return dflt;
-  return static_cast<int64_t>(d);
-}
-
 int64_t to_int(const Value& v, int64_t dflt) {
   if (v.is_int() || v.is_bool()) return v.as_int();
-  if (v.is_float()) return float_to_int(v.as_double(), dflt);
+  // Past int64 (Python would give a big int, which is not modelled) the default comes back.
+  if (v.is_float()) return int64_from_double(v.as_double()).value_or(dflt);
   if (v.is_string()) {
     try {
       size_t n = 0;
@@ -45,7 +39,7 @@ int64_t to_int(const Value& v, int64_t dflt) {
       int64_t r = std::stoll(s, &n, 10);
       if (n == s.size()) return r;
       double d = std::stod(s, &n);  // Jinja falls back to int(float(s))
-      if (n == s.size()) return float_to_int(d, dflt);
+      if (n == s.size()) return int64_from_double(d).value_or(dflt);
     } catch (const std::exception&) {
     }
   }

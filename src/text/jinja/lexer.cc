@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 
 #include "text/jinja/value.h"
 
@@ -234,26 +235,20 @@ void lex_inner(std::string_view src, const Piece& tag, std::string_view whole,
             if (j + n >= src.size()) {
               throw TemplateError(line, "truncated escape in string literal");
             }
-            char32_t cp = 0;
-            for (char h : src.substr(j + 1, n)) {  // exactly n hex digits, as Python requires
-              int d = h >= '0' && h <= '9'   ? h - '0'
-                      : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                      : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                             : -1;
-              if (d < 0) {
-                throw TemplateError(
-                    line, fmt::format("invalid \\{} escape in string literal: {} hex digits "
-                                      "expected",
-                                      e, n));
-              }
-              cp = cp * 16 + static_cast<char32_t>(d);
+            uint32_t cp = 0;  // exactly n hex digits, as Python requires
+            const char* first = src.data() + j + 1;
+            auto [end, ec] = std::from_chars(first, first + n, cp, 16);
+            if (ec != std::errc() || end != first + n) {
+              throw TemplateError(line, fmt::format("invalid \\{} escape in string literal: {} "
+                                                    "hex digits expected",
+                                                    e, n));
             }
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
               throw TemplateError(line, fmt::format("\\{} escape in string literal is not a "
                                                     "Unicode scalar value",
                                                     e));
             }
-            s += utf8_encode(std::u32string(1, cp));
+            s += utf8_encode(std::u32string(1, static_cast<char32_t>(cp)));
             j += n;
             break;
           }

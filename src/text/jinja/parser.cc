@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <set>
 
@@ -10,6 +11,16 @@
 namespace ember::text::jinja {
 
 namespace {
+
+// A lexed integer (digits only) as a value; past int64 it is an error naming the literal.
+Value int_literal(const std::string& digits, int line) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size()) {
+    throw TemplateError(line, fmt::format("integer literal {} is out of range", digits));
+  }
+  return Value(v);
+}
 
 // Tests and filters named by string arguments (selectattr('role', 'equalto', ...),
 // map('upper')) are checked at parse time too when the name is a literal.
@@ -438,11 +449,7 @@ class Parser {
       }
       case TokKind::kInt: {
         auto e = make(Expr::Kind::kLiteral, l);
-        try {
-          e->literal = Value(static_cast<int64_t>(std::stoll(t.value)));
-        } catch (const std::exception&) {
-          throw TemplateError(l, fmt::format("integer literal {} is out of range", t.value));
-        }
+        e->literal = int_literal(t.value, l);
         return e;
       }
       case TokKind::kFloat: {
@@ -528,12 +535,7 @@ class Parser {
         auto a = make(Expr::Kind::kAttr, l);
         if (peek().kind == TokKind::kInt) {  // x.0 is x[0] in Jinja
           auto idx = make(Expr::Kind::kLiteral, l);
-          const std::string digits = next().value;
-          try {
-            idx->literal = Value(static_cast<int64_t>(std::stoll(digits)));
-          } catch (const std::exception&) {
-            throw TemplateError(l, fmt::format("integer literal {} is out of range", digits));
-          }
+          idx->literal = int_literal(next().value, l);
           a = make(Expr::Kind::kItem, l);
           a->b = std::move(idx);
         } else {

@@ -22,7 +22,7 @@ Result<Template> Template::parse(std::string_view source, std::string name) {
     return Template(std::move(body), std::move(name));
   } catch (const TemplateError& e) {
     return to_error(name, e);
-  } catch (const std::exception& e) {  // e.g. std::out_of_range from a huge number literal
+  } catch (const std::exception& e) {  // whatever a library call throws (std::bad_alloc, ...)
     return fail("{}: {}", name, e.what());
   }
 }

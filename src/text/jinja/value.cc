@@ -52,14 +52,19 @@ Value Value::from_json(const nlohmann::json& j) {
   return from_json_impl(j);
 }
 
+std::optional<int64_t> int64_from_double(double d) {
+  constexpr double kTwo63 = 9223372036854775808.0;  // 2^63, exact in a double
+  if (!(d >= -kTwo63 && d < kTwo63)) return std::nullopt;
+  return static_cast<int64_t>(d);
+}
+
 int64_t Value::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
-  if (is_float()) {  // saturating: a cast of an out-of-range double is undefined behaviour
-    double d = std::get<double>(v_);
+  if (is_float()) {
+    const double d = std::get<double>(v_);
+    if (auto i = int64_from_double(d)) return *i;
     if (std::isnan(d)) return 0;
-    if (d <= -9.2e18) return std::numeric_limits<int64_t>::min();
-    if (d >= 9.2e18) return std::numeric_limits<int64_t>::max();
-    return static_cast<int64_t>(d);
+    return d < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
   }
   return std::get<int64_t>(v_);
 }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -94,7 +95,7 @@ class Value {
   bool is_tuple() const { return is_list() && std::get<ListRef>(v_).tuple; }
 
   bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const;    // bool and int
+  int64_t as_int() const;    // bool and int; a float saturates
   double as_double() const;  // any number
   const std::string& str() const { return std::get<std::string>(v_); }
   ValueList& list() const { return *std::get<ListRef>(v_).p; }
@@ -135,5 +136,9 @@ std::u32string utf8_decode(std::string_view s);
 std::string utf8_encode(std::u32string_view s);
 bool py_isspace(char32_t c);
 std::string py_float_repr(double d);
+
+// d as an int64 when it has one (NaN and values past int64's range have none): casting those
+// would be undefined behaviour.
+std::optional<int64_t> int64_from_double(double d);
 
 }  // namespace ember::text::jinja
