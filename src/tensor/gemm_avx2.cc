@@ -3,8 +3,11 @@
 // quant.cc when the CPU has AVX2; they are also its vec_dot (the 1 x 1 tile).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "tensor/dtype.h"
 #include "tensor/quant_blocks.h"
@@ -36,6 +39,170 @@ struct IsaAvx2 {
   }
 };
 
+// ---- packed paths for prefill ----
+// Rows packed once per call (gemm_tiles.h: LegacyPack, KPack), then R packed rows x T tokens per
+// kernel call with the accumulators in registers. Per (row, token, block) the same integer and
+// float operations as tile_legacy_u / tile_legacy_min / tile_k, in the same order: the results
+// are bit-identical to the tiles' (and so to vec_dot), while the unpacking is paid once per row.
+
+using PackedRtFn = void (*)(int64_t n, const uint8_t* buf, int r0, const uint8_t* a, size_t as,
+                            float* y, size_t ys);
+
+// fn[R - 1][T - 1] = K::run<R, T>.
+template <class K, int MR, int MT>
+struct PackedTable {
+  std::array<std::array<PackedRtFn, MT>, MR> fn{};
+  constexpr PackedTable() { fill(std::make_integer_sequence<int, MR * MT>{}); }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fn[I / MT][I % MT] = &K::template run<I / MT + 1, I % MT + 1>), ...);
+  }
+};
+
+// Token groups of MT outside, row groups of MR inside: the packed rows (a few KB) stay in L1
+// while each group's activations are read once.
+template <class K, int MR, int MT>
+void packed_drive(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size_t as, int64_t nt,
+                  float* y, size_t ys) {
+  static constexpr PackedTable<K, MR, MT> table;
+  for (int64_t t = 0; t < nt; t += MT) {
+    const int tt = static_cast<int>(std::min<int64_t>(MT, nt - t));
+    for (int r0 = 0; r0 < nr; r0 += MR) {
+      const int rr = std::min(MR, nr - r0);
+      table.fn[rr - 1][tt - 1](n, buf, r0, a + t * as, as, y + t * ys + r0, ys);
+    }
+  }
+}
+
+// Legacy types. Unsigned levels against Q8_0 (tile_legacy_u: sum(q * y) = sum(u * y) -
+// kOffset * sum(y)), or with kMin against Q8_1 (tile_legacy_min: + m * s_y in lane 0).
+template <class U, class L, bool kMin>
+struct LegacyPacked {
+  using YBlock = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
+  template <int R, int T>
+  static void run(int64_t n, const uint8_t* buf, int r0, const uint8_t* a, size_t as, float* y,
+                  size_t ys) {
+    __m256 acc[R][T];
+    zero_tile(acc);
+    const __m256i zero = _mm256_setzero_si256();
+    for (int64_t i = 0; i < n / kQK; ++i) {
+      const uint8_t* base = buf + i * L::kBlockBytes;
+      __m256i qy[T], c[T];
+      __m256 dy[T], sy[T];
+      EMBER_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const YBlock& yb = reinterpret_cast<const YBlock*>(a + t * as)[i];
+        qy[t] = load256(yb.qs);
+        dy[t] = _mm256_set1_ps(h2f(yb.d));
+        if constexpr (kMin) {
+          c[t] = zero;
+          sy[t] = _mm256_zextps128_ps256(_mm_set_ss(h2f(yb.s)));
+        } else {
+          const __m256i offset = _mm256_set1_epi8(static_cast<char>(U::kOffset));
+          c[t] = _mm256_sub_epi32(zero, IsaAvx2::dot_u8s8(zero, offset, qy[t]));
+          sy[t] = _mm256_setzero_ps();
+        }
+      }
+      EMBER_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m256i ux = load256(L::levels(base, r0 + r));
+        const __m256 dx = _mm256_set1_ps(L::d(base, r0 + r));
+        EMBER_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m256i p = IsaAvx2::dot_u8s8(c[t], ux, qy[t]);
+          __m256 v = acc[r][t];
+          if constexpr (kMin) v = _mm256_fmadd_ps(_mm256_set1_ps(L::m(base, r0 + r)), sy[t], v);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), _mm256_cvtepi32_ps(p), v);
+        }
+      }
+    }
+    store_tile<R, T>(acc, y, ys);
+  }
+};
+
+// K types against Q8_K (tile_k): dot = dy * (d * sum_k scale_k . (q_k * y_k) - dmin * mins).
+template <class L>
+struct KPacked {
+  template <int R, int T>
+  static void run(int64_t n, const uint8_t* buf, int r0, const uint8_t* a, size_t as, float* y,
+                  size_t ys) {
+    __m256 acc[R][T];
+    zero_tile(acc);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+      const uint8_t* base = buf + i * L::kBlockBytes + r0 * L::kRowBytes;
+      const BlockQ8_K* yb[T];
+      EMBER_UNROLL
+      for (int t = 0; t < T; ++t) yb[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as) + i;
+      __m256i sumi[R][T];
+      EMBER_UNROLL
+      for (auto& row : sumi) {
+        EMBER_UNROLL
+        for (auto& v : row) v = _mm256_setzero_si256();
+      }
+      EMBER_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        __m256i qy[T];
+        EMBER_UNROLL
+        for (int t = 0; t < T; ++t) qy[t] = load256(yb[t]->qs + 32 * k);
+        EMBER_UNROLL
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* p = base + r * L::kRowBytes;
+          const __m256i ux = load256(p + 32 * k);
+          const __m256i sc = load256(p + L::kScOff + 32 * k);
+          EMBER_UNROLL
+          for (int t = 0; t < T; ++t) {
+            sumi[r][t] = IsaAvx2::dot_s16(sumi[r][t], _mm256_maddubs_epi16(ux, qy[t]), sc);
+          }
+        }
+      }
+      EMBER_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = base + r * L::kRowBytes;
+        const __m256i m16 = load256(p + L::kMinOff);
+        float dd[2];
+        __builtin_memcpy(dd, p + L::kDOff, sizeof(dd));
+        const __m256 d = _mm256_set1_ps(dd[0]), dmin = _mm256_set1_ps(dd[1]);
+        EMBER_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(m16, load256(yb[t]->bsums)));
+          const __m256 v =
+              _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(sumi[r][t]), _mm256_mul_ps(dmin, mins));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(yb[t]->d), v, acc[r][t]);
+        }
+      }
+    }
+    store_tile<R, T>(acc, y, ys);
+  }
+};
+
+// Tile shapes measured with kernels_bench (640x2048 and 2048x640, 64 tokens, one thread, on an
+// AVX2 Zen 3 VM): legacy 4 rows x 4 tokens and K 2 x 4 were fastest of 4x1..8x1, 2x3..4x4 and
+// 1x3..2x4 / 1x8 (some accumulators spill; loads from L1 are cheaper than the extra passes).
+constexpr int kLegacyPackRows = 8, kLegacyR = 4, kLegacyT = 4;
+constexpr int kKPackRows = 4, kKR = 2, kKT = 4;
+
+template <class U, bool kMin>
+void add_legacy_packed(KernelOverrides* o, DType type) {
+  using L = LegacyPack<kLegacyPackRows, kMin>;
+  GemmKernel& g = o->gemm[static_cast<size_t>(type)];
+  g.pack = &legacy_pack<IsaAvx2, U, L>;
+  g.packed = &packed_drive<LegacyPacked<U, L, kMin>, kLegacyR, kLegacyT>;
+  g.pack_bytes = &L::bytes;
+  g.pack_rows = kLegacyPackRows;
+  g.pack_min_tokens = 4;
+}
+
+template <class U>
+void add_k_packed(KernelOverrides* o, DType type) {
+  using L = KPack<kKPackRows>;
+  GemmKernel& g = o->gemm[static_cast<size_t>(type)];
+  g.pack = &k_pack<U, L>;
+  g.packed = &packed_drive<KPacked<L>, kKR, kKT>;
+  g.pack_bytes = &L::bytes;
+  g.pack_rows = kKPackRows;
+  g.pack_min_tokens = 4;
+}
+
 }  // namespace
 
 // vec_dot is the 1 x 1 tile: every output, whatever the tile it comes from, accumulates in the
@@ -43,6 +210,13 @@ struct IsaAvx2 {
 // hit or miss) and equal vec_dot of the row with its quantized activation.
 void add_avx2_gemm(KernelOverrides* o) {
   register_tiles<IsaAvx2>(o, true);
+  add_legacy_packed<UnpackUQ4_0, false>(o, DType::Q4_0);
+  add_legacy_packed<UnpackUQ5_0, false>(o, DType::Q5_0);
+  add_legacy_packed<UnpackQ4_1, true>(o, DType::Q4_1);
+  add_legacy_packed<UnpackQ5_1, true>(o, DType::Q5_1);
+  add_k_packed<UnpackQ4_K>(o, DType::Q4_K);
+  add_k_packed<UnpackQ5_K>(o, DType::Q5_K);
+  add_k_packed<UnpackQ6_K>(o, DType::Q6_K);
 }
 
 }  // namespace ember::tensor::simd

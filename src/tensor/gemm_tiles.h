@@ -59,6 +59,15 @@ inline void prefetch_ahead(const uint8_t* w, size_t ws, size_t offset) {
   for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(p + r * ws), _MM_HINT_T0);
 }
 
+template <int NR, int NT>
+inline void zero_tile(__m256 (&acc)[NR][NT]) {
+  EMBER_UNROLL
+  for (int r = 0; r < NR; ++r) {
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+}
+
 // NR x NT float accumulators -> y.
 template <int NR, int NT>
 inline void store_tile(__m256 (&acc)[NR][NT], float* y, size_t y_stride) {
@@ -98,8 +107,7 @@ void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t
                 size_t ys) {
   using E = typename L::Elem;
   __m256 acc[NR][NT];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_ps();
+  zero_tile(acc);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     if (i % 16 == 0) prefetch_ahead<NR>(w, ws, i * sizeof(E));
@@ -172,8 +180,7 @@ void tile_legacy(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_
                  size_t ys) {
   using B = typename U::Block;
   __m256 acc[NR][NT];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_ps();
+  zero_tile(acc);
   for (int64_t i = 0; i < n / kQK; ++i) {
     prefetch_ahead<NR>(w, ws, i * sizeof(B));
     // u8 * s8 products: |x| times y with x's sign moved onto y.
@@ -236,11 +243,7 @@ void tile_legacy_u(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, siz
                    size_t ys) {
   using B = typename U::Block;
   __m256 acc[NR][NT];
-  EMBER_UNROLL
-  for (auto& row : acc) {
-    EMBER_UNROLL
-    for (auto& v : row) v = _mm256_setzero_ps();
-  }
+  zero_tile(acc);
   const __m256i offset = _mm256_set1_epi8(static_cast<char>(U::kOffset));
   const __m256i zero = _mm256_setzero_si256();
   for (int64_t i = 0; i < n / kQK; ++i) {
@@ -292,11 +295,7 @@ void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, s
                      size_t ys) {
   using B = typename U::Block;
   __m256 acc[NR][NT];
-  EMBER_UNROLL
-  for (auto& row : acc) {
-    EMBER_UNROLL
-    for (auto& v : row) v = _mm256_setzero_ps();
-  }
+  zero_tile(acc);
   const __m256i zero = _mm256_setzero_si256();
   for (int64_t i = 0; i < n / kQK; ++i) {
     prefetch_ahead<NR>(w, ws, i * sizeof(B));
@@ -469,8 +468,7 @@ void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as,
             size_t ys) {
   using B = typename U::Block;
   __m256 acc[NR][NT];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_ps();
+  zero_tile(acc);
   KUnpacked u[NR];
   for (int64_t i = 0; i < n / kQKK; ++i) {
     for (size_t off = 0; off < sizeof(B); off += 64) prefetch_ahead<NR>(w, ws, i * sizeof(B) + off);
@@ -502,6 +500,84 @@ void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as,
     }
   }
   store_tile<NR, NT>(acc, y, ys);
+}
+
+// ---- packing for the prefill paths (gemm_avx2.cc, quant_avx512.cc) ----
+// A block of P weight rows is unpacked once per matmul call into a scratch buffer, then dotted
+// against every token, so the unpacking (nibbles, high bits, fp16 scales, K-quant scale words)
+// is paid once per row instead of once per few tokens. The packed kernels compute, per (row,
+// token), exactly what the tiles above compute in the same order, so their results are
+// bit-identical to the tiles' (the parity tests against llama.cpp on the real model are
+// sensitive to the last bit of an activation).
+
+// Legacy types, per block i: P x 32 levels (U::levels), P float scales d, and for the types
+// with a min (Q4_1, Q5_1) P float mins m.
+template <int P, bool kMin>
+struct LegacyPack {
+  static constexpr int kRows = P;
+  static constexpr size_t kDOff = P * 32;
+  static constexpr size_t kMOff = kDOff + P * sizeof(float);
+  static constexpr size_t kBlockBytes = kMOff + (kMin ? P * sizeof(float) : 0);
+  static size_t bytes(int64_t n) { return static_cast<size_t>(n / kQK) * kBlockBytes; }
+  static const uint8_t* levels(const uint8_t* base, int r) { return base + r * 32; }
+  static float d(const uint8_t* base, int r) { return load_f32(base + kDOff + r * sizeof(float)); }
+  static float m(const uint8_t* base, int r) { return load_f32(base + kMOff + r * sizeof(float)); }
+  static float load_f32(const uint8_t* p) {
+    float v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+  }
+};
+
+template <class Isa, class U, class L>
+void legacy_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
+  using B = typename U::Block;
+  constexpr bool kMin = L::kMOff != L::kBlockBytes;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    uint8_t* base = buf + i * L::kBlockBytes;
+    for (int r = 0; r < nr; ++r) {
+      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + r * 32), U::template levels<Isa>(b));
+      const float d = h2f(b.d);
+      __builtin_memcpy(base + L::kDOff + r * sizeof(float), &d, sizeof d);
+      if constexpr (kMin) {
+        const float m = h2f(b.m);
+        __builtin_memcpy(base + L::kMOff + r * sizeof(float), &m, sizeof m);
+      }
+    }
+  }
+}
+
+// K types, per super-block i and row r (kRowBytes each, P rows consecutive): everything
+// tile_k's U::unpack produces: 8 x 32 levels, 8 x 16 int16 scales, 16 int16 min factors, then
+// d and dmin as floats. One packed kernel then serves every K type.
+template <int P>
+struct KPack {
+  static constexpr int kRows = P;
+  static constexpr size_t kScOff = 8 * 32, kMinOff = 16 * 32, kDOff = 17 * 32;
+  static constexpr size_t kRowBytes = kDOff + 2 * sizeof(float);
+  static constexpr size_t kBlockBytes = P * kRowBytes;
+  static size_t bytes(int64_t n) { return static_cast<size_t>(n / kQKK) * kBlockBytes; }
+};
+
+template <class U, class L>
+void k_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
+  using B = typename U::Block;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int r = 0; r < nr; ++r) {
+      uint8_t* p = buf + i * L::kBlockBytes + r * L::kRowBytes;
+      KUnpacked u;
+      U::unpack(reinterpret_cast<const B*>(w + r * ws)[i], &u);
+      EMBER_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 32 * k), u.q[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + L::kScOff + 32 * k), u.sc[k]);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + L::kMinOff), u.m16);
+      const float dd[2] = {_mm256_cvtss_f32(u.d), _mm256_cvtss_f32(u.dmin)};
+      __builtin_memcpy(p + L::kDOff, dd, sizeof(dd));
+    }
+  }
 }
 
 // ---- tile tables: any nr <= MR, nt <= MT through one function pointer ----

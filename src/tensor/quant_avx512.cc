@@ -50,35 +50,12 @@ struct IsaAvx512Vnni {
 };
 
 // ---- packed legacy tiles for prefill ----
-// The 256-bit tiles above unpack every weight block once per 4 tokens, and spend a convert, a
-// multiply and an FMA per (row, token, block). Here a block of kPackRows rows is unpacked once
-// for all tokens, and two tokens share each 512-bit vector (token t in the low half, t + 1 in
-// the high half, the weight block repeated in both), so that work covers two tokens at a time.
-// Each half computes exactly what the 256-bit tile computes for its (row, token), in the same
-// order, so the packed path's results are bit-identical to the tiles' (the parity tests against
-// llama.cpp on the real model are sensitive to the last bit of an activation).
-// Packed layout, per block i: kPackRows x 32 unsigned levels, then kPackRows float scales.
+// Packing as in gemm_tiles.h (LegacyPack); two tokens share each 512-bit vector (token t in the
+// low half, t + 1 in the high half, the weight block repeated in both), so the convert, multiply
+// and FMA per (row, token, block) cover two tokens at a time. Each half computes exactly what
+// the 256-bit tile computes for its (row, token), in the same order.
 constexpr int kPackRows = 8;
-constexpr size_t kBlockBytes = kPackRows * (32 + sizeof(float));
-
-size_t legacy_pack_bytes(int64_t n) {
-  return static_cast<size_t>(n / kQK) * kBlockBytes;
-}
-
-template <class U>
-void legacy_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
-  using B = typename U::Block;
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    uint8_t* base = buf + i * kBlockBytes;
-    for (int r = 0; r < nr; ++r) {
-      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + r * 32),
-                          U::template levels<IsaAvx512Vnni>(b));
-      const float d = h2f(b.d);
-      __builtin_memcpy(base + kPackRows * 32 + r * sizeof(float), &d, sizeof(float));
-    }
-  }
-}
+using LPack = LegacyPack<kPackRows, false>;
 
 // R packed rows x 2T tokens (T pairs), accumulators in registers: 16 zmm for 8 x 2 pairs. With
 // odd = true the last pair has only its low token (the high half computes zeros, never stored).
@@ -94,7 +71,7 @@ void legacy_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(U::kOffset));
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const uint8_t* base = buf + i * kBlockBytes;
+    const uint8_t* base = buf + i * LPack::kBlockBytes;
     __m512i qy[T], neg[T];
     __m512 dy[T];
     EMBER_UNROLL
@@ -112,11 +89,8 @@ void legacy_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as
     }
     EMBER_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m512i ux = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * 32)));
-      float d;
-      __builtin_memcpy(&d, base + kPackRows * 32 + r * sizeof(float), sizeof(float));
-      const __m512 dx = _mm512_set1_ps(d);
+      const __m512i ux = _mm512_broadcast_i64x4(load256(LPack::levels(base, r)));
+      const __m512 dx = _mm512_set1_ps(LPack::d(base, r));
       EMBER_UNROLL
       for (int t = 0; t < T; ++t) {
         const __m512i p = _mm512_dpbusd_epi32(neg[t], ux, qy[t]);
@@ -176,49 +150,19 @@ void legacy_packed(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size
 template <class U>
 void add_packed(KernelOverrides* o, DType t) {
   GemmKernel& g = o->gemm[static_cast<size_t>(t)];
-  g.pack = &legacy_pack<U>;
+  g.pack = &legacy_pack<IsaAvx512Vnni, U, LPack>;
   g.packed = &legacy_packed<U>;
-  g.pack_bytes = &legacy_pack_bytes;
+  g.pack_bytes = &LPack::bytes;
   g.pack_rows = kPackRows;
   g.pack_min_tokens = 4;  // from 4 tokens on, one unpack already pays for itself
 }
 
 // ---- packed K-quant tiles for prefill (Q4_K, Q6_K) ----
-// As the legacy path above: a block of kKPackRows rows is unpacked once (levels, per-lane int16
-// scales, min factors, d, dmin: everything tile_k's U::unpack produces) for all tokens, and two
-// tokens share each 512-bit vector. Each half computes exactly what tile_k computes for its
-// (row, token) in the same order (integer sums are exact; the float ops per lane are the same
-// fmsub / mul / fmadd), so the results are bit-identical to the tiles'.
-// Packed layout, per super-block i and row r (kKRowBytes each, rows consecutive): 8 x 32 levels,
-// 8 x 16 int16 scales, 16 int16 min factors, then d and dmin as floats.
+// Packing as in gemm_tiles.h (KPack); two tokens share each 512-bit vector as above. Each half
+// computes exactly what tile_k computes for its (row, token) in the same order (integer sums are
+// exact; the float ops per lane are the same fmsub / mul / fmadd).
 constexpr int kKPackRows = 4;
-constexpr size_t kKScOff = 8 * 32, kKMinOff = 16 * 32, kKDOff = 17 * 32;
-constexpr size_t kKRowBytes = kKDOff + 2 * sizeof(float);
-constexpr size_t kKBlockBytes = kKPackRows * kKRowBytes;
-
-size_t k_pack_bytes(int64_t n) {
-  return static_cast<size_t>(n / kQKK) * kKBlockBytes;
-}
-
-template <class U>
-void k_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
-  using B = typename U::Block;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    for (int r = 0; r < nr; ++r) {
-      uint8_t* p = buf + i * kKBlockBytes + r * kKRowBytes;
-      KUnpacked u;
-      U::unpack(reinterpret_cast<const B*>(w + r * ws)[i], &u);
-      EMBER_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 32 * k), u.q[k]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + kKScOff + 32 * k), u.sc[k]);
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + kKMinOff), u.m16);
-      const float dd[2] = {_mm256_cvtss_f32(u.d), _mm256_cvtss_f32(u.dmin)};
-      __builtin_memcpy(p + kKDOff, dd, sizeof(dd));
-    }
-  }
-}
+using KP = KPack<kKPackRows>;
 
 inline __m512i bcast256(const uint8_t* p) {
   return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -234,7 +178,7 @@ void k_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, flo
     for (auto& v : row) v = _mm512_setzero_ps();
   }
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    const uint8_t* base = buf + i * kKBlockBytes;
+    const uint8_t* base = buf + i * KP::kBlockBytes;
     const BlockQ8_K* y0[T];
     const BlockQ8_K* y1[T];
     EMBER_UNROLL
@@ -259,8 +203,8 @@ void k_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, flo
       }
       EMBER_UNROLL
       for (int r = 0; r < R; ++r) {
-        const __m512i ux = bcast256(base + r * kKRowBytes + 32 * k);
-        const __m512i sc = bcast256(base + r * kKRowBytes + kKScOff + 32 * k);
+        const __m512i ux = bcast256(base + r * KP::kRowBytes + 32 * k);
+        const __m512i sc = bcast256(base + r * KP::kRowBytes + KP::kScOff + 32 * k);
         EMBER_UNROLL
         for (int t = 0; t < T; ++t) {
           sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(ux, qy[t]), sc);
@@ -278,10 +222,10 @@ void k_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, flo
     }
     EMBER_UNROLL
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = base + r * kKRowBytes;
-      const __m512i m16 = bcast256(p + kKMinOff);
+      const uint8_t* p = base + r * KP::kRowBytes;
+      const __m512i m16 = bcast256(p + KP::kMinOff);
       float dd[2];
-      __builtin_memcpy(dd, p + kKDOff, sizeof(dd));
+      __builtin_memcpy(dd, p + KP::kDOff, sizeof(dd));
       const __m512 d = _mm512_set1_ps(dd[0]), dmin = _mm512_set1_ps(dd[1]);
       EMBER_UNROLL
       for (int t = 0; t < T; ++t) {
@@ -335,9 +279,9 @@ void k_packed(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size_t as
 template <class U>
 void add_k_packed(KernelOverrides* o, DType t) {
   GemmKernel& g = o->gemm[static_cast<size_t>(t)];
-  g.pack = &k_pack<U>;
+  g.pack = &k_pack<U, KP>;
   g.packed = &k_packed;
-  g.pack_bytes = &k_pack_bytes;
+  g.pack_bytes = &KP::bytes;
   g.pack_rows = kKPackRows;
   g.pack_min_tokens = 4;
 }

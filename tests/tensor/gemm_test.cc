@@ -73,10 +73,11 @@ TEST(Gemm, matmul_equals_per_row_reference_dots_at_every_level_type_and_tile_edg
   }
 }
 
-// The types with a packed prefill path (at the AVX-512 VNNI level).
+// The types with a packed prefill path at some level (AVX2: Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K,
+// Q6_K; AVX-512 VNNI: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K).
 const std::vector<DType>& packed_types() {
-  static const std::vector<DType> v = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K,
-                                       DType::Q6_K};
+  static const std::vector<DType> v = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1,
+                                       DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   return v;
 }
 
