@@ -586,7 +586,7 @@ using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t,
 
 template <class Isa, class U>
 struct LegacyK {
-  static constexpr bool kLegacy = true;
+  static constexpr bool kLegacy = true, kSigned = true;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -595,7 +595,7 @@ struct LegacyK {
 };
 template <class Isa, class U>
 struct LegacyUK {
-  static constexpr bool kLegacy = true;
+  static constexpr bool kLegacy = true, kSigned = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -604,7 +604,7 @@ struct LegacyUK {
 };
 template <class Isa, class U>
 struct LegacyMinK {
-  static constexpr bool kLegacy = true;
+  static constexpr bool kLegacy = true, kSigned = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -613,7 +613,7 @@ struct LegacyMinK {
 };
 template <class Isa, class U>
 struct SuperK {
-  static constexpr bool kLegacy = false;
+  static constexpr bool kLegacy = false, kSigned = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -622,7 +622,7 @@ struct SuperK {
 };
 template <class Isa, class L>
 struct FloatK {
-  static constexpr bool kLegacy = false;
+  static constexpr bool kLegacy = false, kSigned = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -669,7 +669,9 @@ template <class Isa>
 void register_tiles(KernelOverrides* o, bool dots) {
   auto add = [&](DType t, auto k) {
     using K = decltype(k);
-    constexpr int kDecodeRows = K::kLegacy ? Isa::kDecodeRowsLegacy : Isa::kMaxRows;
+    constexpr int kDecodeRows = K::kSigned   ? Isa::kDecodeRowsSigned
+                                : K::kLegacy ? Isa::kDecodeRowsLegacy
+                                             : Isa::kMaxRows;
     const auto i = static_cast<size_t>(t);
     o->gemm[i] = {&run_tile<K, Isa::kMaxRows, Isa::kMaxTokens, kDecodeRows>, Isa::kMaxRows,
                   Isa::kMaxTokens, kDecodeRows};

@@ -34,6 +34,7 @@ struct IsaAvx512Vnni {
   // 8 rows in flight for single-token legacy tiles: ~10% faster on the 262144 x 640 Q8_0 output
   // projection (memory-bound); K types keep 4 (their unpacked blocks would spill).
   static constexpr int kDecodeRowsLegacy = 8;
+  static constexpr int kDecodeRowsSigned = 8;  // unused: Q8_0 takes the unsigned tile here
   static constexpr bool kExactU8 = true;
   // 0x10 in each byte whose bit is set in the 32 bits at p (one mask move, no shuffles).
   static __m256i bits_to_16(const uint8_t* p) {
