@@ -73,6 +73,12 @@ void register_all() {
   cases.push_back({DType::Q5_0, 1024, 640, true});     // attn_q
   cases.push_back({DType::Q5_0, 256, 640, true});      // attn_k
   cases.push_back({DType::Q4_K, 640, 1024, true});     // attn_output
+  // Larger than the last-level cache (32 MiB here): decode streams every weight from memory,
+  // which the small shapes above (cache-resident after the first iteration) do not show.
+  cases.push_back({DType::Q5_0, 131072, 640, false});
+  cases.push_back({DType::Q4_1, 131072, 576, false});
+  cases.push_back({DType::Q4_K, 65536, 1024, false});
+  cases.push_back({DType::Q6_K, 65536, 1024, false});
   for (const Case& c : cases) {
     for (int64_t n_tokens : {1, 64}) {
       if (n_tokens != 1 && !c.prefill) continue;
