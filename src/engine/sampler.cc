@@ -21,12 +21,23 @@ uint64_t rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
 }
 
-// Index of the largest value; ties keep the lower index.
+// Index of the largest value; ties keep the lower index; a NaN is never picked unless v[0] is
+// one (nothing compares greater than it). Greedy decode runs this over the whole vocabulary
+// (262144 logits for Gemma) every token: the maximum is found first in 8 independent lanes (no
+// loop-carried load; vectorizable), then its first index.
 int32_t argmax(const float* v, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i) {
-    if (v[i] > v[best]) best = i;  // strict: ties keep the lower id
+  if (v[0] != v[0]) return 0;
+  float lane[8];
+  for (float& l : lane) l = v[0];
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] = v[i + j] > lane[j] ? v[i + j] : lane[j];
   }
+  float m = v[0];
+  for (float l : lane) m = l > m ? l : m;
+  for (; i < n; ++i) m = v[i] > m ? v[i] : m;
+  int32_t best = 0;
+  while (v[best] != m) ++best;  // the first index holding the maximum
   return best;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 namespace ember::engine {
@@ -46,6 +47,30 @@ TEST(Sampler, temperature_zero_is_argmax_and_ties_go_to_the_lower_id) {
   Sampler s(plain(0.f), 5);
   EXPECT_EQ(s.sample(std::vector<float>{0.f, 3.f, 1.f, 3.f, -2.f}).token, 1);
   EXPECT_EQ(s.sample(std::vector<float>{-1.f, -1.f, -1.f, -1.f, 0.f}).token, 4);
+}
+
+// The greedy pick equals a plain first-maximum scan for every length (whole groups of 8 and a
+// tail), with many ties across positions and NaNs anywhere but the first logit (never chosen).
+TEST(Sampler, greedy_pick_is_the_first_maximum_for_any_length_with_ties_and_nans) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> level(-4, 4), coin(0, 9);
+  for (int32_t n : {1, 2, 7, 8, 9, 15, 16, 17, 64, 100, 1003}) {
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = static_cast<float>(level(rng));
+      for (size_t i = 1; i < v.size(); ++i) {
+        if (coin(rng) == 0) v[i] = std::nanf("");
+      }
+      int32_t want = 0;
+      for (int32_t i = 1; i < n; ++i) {
+        if (v[static_cast<size_t>(i)] > v[static_cast<size_t>(want)]) want = i;
+      }
+      Sampler s(plain(0.f), n);
+      ASSERT_EQ(s.sample(v).token, want) << "n=" << n << " rep=" << rep;
+    }
+  }
+  std::vector<float> nan_first = {std::nanf(""), 5.f, 9.f};
+  EXPECT_EQ(Sampler(plain(0.f), 3).sample(nan_first).token, 0);
 }
 
 TEST(Sampler, top_k_one_is_greedy_at_any_temperature) {
