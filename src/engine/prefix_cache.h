@@ -9,10 +9,11 @@
 // costs a miss, never a wrong block.
 //
 // Blocks are shared (KvBlockRef): an entry whose block is also held by a live sequence is in
-// use (use_count > 1) and is never evicted. Over the byte budget, the entry with the lowest
-// priority = last_used + kHitBonus * min(hits, kMaxHits) goes first (LRU weighted by hits; the
-// clock ticks once per lookup), deepest first on ties, so a chain is trimmed from its end.
-// A parent is touched whenever its child is, so it never ranks below the child.
+// use (use_count > 1, or part of its memory shared: a sequence past a sliding window keeps
+// only the global layers' part of it) and is never evicted. Over the byte budget, the entry with
+// the lowest priority = last_used + kHitBonus * min(hits, kMaxHits) goes first (LRU weighted by
+// hits; the clock ticks once per lookup), deepest first on ties, so a chain is trimmed from its
+// end. A parent is touched whenever its child is, so it never ranks below the child.
 #pragma once
 
 #include <cstdint>
@@ -75,11 +76,15 @@ class PrefixCache {
   std::vector<const Entry*> hottest(int64_t max_bytes) const;
 
   const PrefixCacheStats& stats() const { return stats_; }
-  // Bytes of blocks nobody but the cache holds (the rest are also live sequences' memory).
+  // Bytes of block memory nobody but the cache holds (the rest is also live sequences'
+  // memory): whole blocks no sequence uses, and the sliding parts of blocks a sequence keeps
+  // only the global part of.
   int64_t idle_bytes() const;
   const model::KvLayout& layout() const { return layout_; }
 
  private:
+  bool in_use(const Entry& e) const;
+
   model::KvLayout layout_;
   int64_t budget_;
   uint64_t clock_ = 0;
