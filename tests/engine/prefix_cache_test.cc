@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "engine/engine_test_util.h"
 #include "engine/fake_backend.h"
 
 namespace ember::engine {
@@ -152,6 +153,43 @@ TEST(PrefixCache, zero_budget_caches_nothing) {
   PrefixCache c(f.fake.kv_layout(), 0);
   f.add(c, seq_of(8, 1));
   EXPECT_EQ(c.stats().blocks, 0);
+}
+
+// A sequence past gemma3's sliding window keeps only the global layers' part of its early
+// blocks. The cache's whole copies of them are still in use (evicting one would cut the chain
+// under a live prefix), and only their sliding parts are idle: live - idle is exactly the
+// sequence's own memory, which is what the engine reports as sequences' KV bytes.
+TEST(PrefixCache, blocks_a_live_sequence_holds_in_part_stay_pinned_and_only_the_rest_is_idle) {
+  auto loaded = testing::load_backend(testing::gemma3_fixture("prefix_window"));
+  ASSERT_TRUE(loaded);
+  model::Backend& b = *loaded;
+  const int32_t B = b.kv_layout().block_tokens;
+  const int64_t block_bytes = b.kv_layout().block_bytes;
+  PrefixCache cache(b.kv_layout(), 4 * block_bytes);
+  auto toks = seq_of(480, 3);
+  auto seq = b.new_sequence(512);
+  std::vector<float> logits(size_t(b.config().n_vocab));
+  uint64_t parent = cache.root();
+  int32_t published = 0;
+  for (size_t at = 0; at < toks.size(); at += 48) {  // publish after each forward, as the engine
+    model::ForwardItem it{seq.get(), std::span(toks).subspan(at, 48), true};
+    ASSERT_TRUE(b.forward({&it, 1}, logits).ok());
+    for (; (published + 1) * B <= seq->length(); ++published) {
+      parent =
+          cache.insert(parent, published, std::span(toks).subspan(size_t(published * B), size_t(B)),
+                       seq->block(published));
+    }
+  }
+  EXPECT_EQ(cache.stats().blocks, 30) << "over budget, but every block is in use";
+  EXPECT_LT(seq->kv_bytes(), 30 * block_bytes) << "the sequence let go of sliding parts";
+  EXPECT_GT(cache.idle_bytes(), 0);
+  EXPECT_EQ(b.live_kv_bytes() - cache.idle_bytes(), seq->kv_bytes());
+  seq.reset();
+  EXPECT_EQ(cache.idle_bytes(), b.live_kv_bytes());
+  EXPECT_EQ(b.live_kv_bytes(), 30 * block_bytes);
+  cache.evict_to_budget();
+  EXPECT_EQ(cache.stats().blocks, 4);
+  EXPECT_EQ(b.live_kv_bytes(), 4 * block_bytes);
 }
 
 }  // namespace
