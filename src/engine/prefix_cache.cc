@@ -76,7 +76,10 @@ void PrefixCache::evict_to_budget() {
   while (stats_.bytes > budget_) {
     auto victim = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (in_use(it->second)) continue;  // a live sequence reads it
+      // A live sequence reads it. (One past a sliding window that holds only the global part,
+      // through another block object, does not pin it: evicting frees the sliding part, which
+      // only the cache still holds.)
+      if (it->second.block.use_count() > 1) continue;
       if (victim == entries_.end()) {
         victim = it;
         continue;
@@ -95,13 +98,8 @@ void PrefixCache::evict_to_budget() {
   }
 }
 
-// A sequence past the window holds only part of the block (its global layers, through another
-// block object): then this object is not shared but its memory is, and evicting it would cut
-// the chain under a prefix a live sequence stands on while freeing only the rest.
-bool PrefixCache::in_use(const Entry& e) const {
-  return e.block.use_count() > 1 || e.block->unshared_bytes() < layout_.block_bytes;
-}
-
+// An entry no sequence holds may still share its global part with a sequence past the window:
+// only the rest is idle.
 int64_t PrefixCache::idle_bytes() const {
   int64_t n = 0;
   for (const auto& [k, e] : entries_) n += e.block.use_count() == 1 ? e.block->unshared_bytes() : 0;

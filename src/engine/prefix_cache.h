@@ -9,11 +9,13 @@
 // costs a miss, never a wrong block.
 //
 // Blocks are shared (KvBlockRef): an entry whose block is also held by a live sequence is in
-// use (use_count > 1, or part of its memory shared: a sequence past a sliding window keeps
-// only the global layers' part of it) and is never evicted. Over the byte budget, the entry with
-// the lowest priority = last_used + kHitBonus * min(hits, kMaxHits) goes first (LRU weighted by
-// hits; the clock ticks once per lookup), deepest first on ties, so a chain is trimmed from its
-// end. A parent is touched whenever its child is, so it never ranks below the child.
+// use (use_count > 1) and is never evicted. A sequence past a sliding window holds only the
+// global layers' part of its early blocks (another block object): those entries are not in use
+// — the cache alone keeps their sliding part, which counts against the budget like any idle
+// block — so a long sequence over budget costs its window, not its history. Over the byte budget,
+// the entry with the lowest priority = last_used + kHitBonus * min(hits, kMaxHits) goes first (LRU
+// weighted by hits; the clock ticks once per lookup), deepest first on ties, so a chain is trimmed
+// from its end. A parent is touched whenever its child is, so it never ranks below the child.
 #pragma once
 
 #include <cstdint>
@@ -83,8 +85,6 @@ class PrefixCache {
   const model::KvLayout& layout() const { return layout_; }
 
  private:
-  bool in_use(const Entry& e) const;
-
   model::KvLayout layout_;
   int64_t budget_;
   uint64_t clock_ = 0;
