@@ -21,8 +21,8 @@ namespace {
 constexpr int32_t kBlockTokens = 16;  // positions per KV block (the prefix cache's granularity)
 }  // namespace
 
-CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t block_tokens_, int32_t kv_dim_)
-    : n_layer(cfg.n_layer), block_tokens(block_tokens_), kv_dim(kv_dim_) {
+CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim)
+    : n_layer(cfg.n_layer), block_tokens(tokens), kv_dim(dim) {
   for (int32_t il = 0; il < n_layer; ++il) {
     const int32_t p = cfg.is_sliding(il) ? kSliding : kGlobal;
     part.push_back(p);

@@ -21,7 +21,7 @@ namespace ember::model {
 // counter they report to.
 struct CpuKvGeometry {
   enum Part : int32_t { kGlobal = 0, kSliding = 1 };
-  CpuKvGeometry(const ModelConfig& cfg, int32_t block_tokens, int32_t kv_dim);
+  CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim);
   int32_t n_layer, block_tokens, kv_dim;
   std::vector<int32_t> part;        // [n_layer] kGlobal or kSliding
   std::vector<int32_t> index;       // [n_layer] the layer's index within its part
