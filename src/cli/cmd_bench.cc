@@ -10,6 +10,7 @@
 //  - aggregate decode at each concurrency c: c requests submitted together, tokens produced
 //    after the last stream started decoding over the time until the last one finished, and
 //    the inter-token gaps of every stream (p50 / p99).
+//  - with --kv-lengths, only the KV bytes one sequence holds at given lengths (cli/bench_kv.h).
 // Rounds repeat every measurement; figures are medians with min and max. Prompts are fixed
 // pseudo-random token ids (as llama-bench's), no end-of-generation token stops a request, and
 // greedy sampling skips log-probabilities, so the engine's work per token is the forward pass
@@ -28,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_kv.h"
 #include "cli/commands.h"
 #include "cli/model_path.h"
 #include "engine/engine.h"
@@ -54,6 +56,8 @@ struct BenchOptions {
   bool no_bandwidth = false;
   bool bandwidth_only = false;
   bool mmap_weights = false;
+  std::string kv_lengths;  // non-empty: only report KV bytes per sequence (cli/bench_kv.h)
+  int32_t kv_measure_up_to = 4096;
 };
 
 double ms_since(Clock::time_point t0, Clock::time_point t1) {
@@ -231,17 +235,17 @@ void print_text(const json& o) {
   }
 }
 
-Result<std::vector<int>> parse_list(const std::string& s) {
+Result<std::vector<int>> parse_list(const std::string& s, const char* flag, int lo, int hi) {
   std::vector<int> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
     try {
       const int v = std::stoi(item);
-      if (v < 1 || v > 256) return fail("--concurrency: {} is not in 1..256", v);
+      if (v < lo || v > hi) return fail("{}: {} is not in {}..{}", flag, v, lo, hi);
       out.push_back(v);
     } catch (...) {
-      return fail("--concurrency: '{}' is not a number", item);
+      return fail("{}: '{}' is not a number", flag, item);
     }
   }
   return out;
@@ -277,7 +281,19 @@ int run(const BenchOptions& o) {
     return print();
   }
 
-  auto conc = parse_list(o.concurrency);
+  if (!o.kv_lengths.empty()) {
+    auto lengths = parse_list(o.kv_lengths, "--kv-lengths", 2, 1 << 24);
+    if (!lengths) {
+      std::fprintf(stderr, "ember bench: %s\n", lengths.message().c_str());
+      return 2;
+    }
+    return run_kv_bytes({.model = o.model,
+                         .threads = o.threads,
+                         .lengths = *lengths,
+                         .measure_up_to = o.kv_measure_up_to,
+                         .json = o.json});
+  }
+  auto conc = parse_list(o.concurrency, "--concurrency", 1, 256);
   if (!conc) {
     std::fprintf(stderr, "ember bench: %s\n", conc.message().c_str());
     return 2;
@@ -400,6 +416,13 @@ int cmd_bench(int argc, char** argv) {
                "stream weights from the file mapping instead of huge-page copies (A/B)");
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
+  app.add_option("--kv-lengths", o.kv_lengths,
+                 "comma-separated context lengths: report KV bytes per sequence at each (vs "
+                 "full history and llama.cpp's SWA cache) and stop");
+  app.add_option("--kv-measure-up-to", o.kv_measure_up_to,
+                 "with --kv-lengths: prefill up to this length; longer ones are derived")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -285,7 +285,9 @@ void Engine::Impl::sync_cache_stats() {
 }
 
 // Offers the sequence's newly full blocks to the cache. Its tokens are the prompt followed by
-// the delivered tokens; the sequence never holds more than that.
+// the delivered tokens; the sequence never holds more than that. Runs right after every
+// forward: a sequence past a sliding window keeps the blocks that forward filled whole only
+// until its next forward (model::Sequence::block).
 void Engine::Impl::publish(Req& r) {
   if (!cache || !r.seq) return;
   const int32_t B = cache->block_tokens();

@@ -76,7 +76,10 @@ void PrefixCache::evict_to_budget() {
   while (stats_.bytes > budget_) {
     auto victim = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->second.block.use_count() > 1) continue;  // a live sequence reads it
+      // A live sequence reads it. (One past a sliding window that holds only the global part,
+      // through another block object, does not pin it: evicting frees the sliding part, which
+      // only the cache still holds.)
+      if (it->second.block.use_count() > 1) continue;
       if (victim == entries_.end()) {
         victim = it;
         continue;
@@ -95,9 +98,11 @@ void PrefixCache::evict_to_budget() {
   }
 }
 
+// An entry no sequence holds may still share its global part with a sequence past the window:
+// only the rest is idle.
 int64_t PrefixCache::idle_bytes() const {
   int64_t n = 0;
-  for (const auto& [k, e] : entries_) n += e.block.use_count() == 1 ? layout_.block_bytes : 0;
+  for (const auto& [k, e] : entries_) n += e.block.use_count() == 1 ? e.block->unshared_bytes() : 0;
   return n;
 }
 

@@ -9,10 +9,13 @@
 // costs a miss, never a wrong block.
 //
 // Blocks are shared (KvBlockRef): an entry whose block is also held by a live sequence is in
-// use (use_count > 1) and is never evicted. Over the byte budget, the entry with the lowest
-// priority = last_used + kHitBonus * min(hits, kMaxHits) goes first (LRU weighted by hits; the
-// clock ticks once per lookup), deepest first on ties, so a chain is trimmed from its end.
-// A parent is touched whenever its child is, so it never ranks below the child.
+// use (use_count > 1) and is never evicted. A sequence past a sliding window holds only the
+// global layers' part of its early blocks (another block object): those entries are not in use
+// — the cache alone keeps their sliding part, which counts against the budget like any idle
+// block — so a long sequence over budget costs its window, not its history. Over the byte budget,
+// the entry with the lowest priority = last_used + kHitBonus * min(hits, kMaxHits) goes first (LRU
+// weighted by hits; the clock ticks once per lookup), deepest first on ties, so a chain is trimmed
+// from its end. A parent is touched whenever its child is, so it never ranks below the child.
 #pragma once
 
 #include <cstdint>
@@ -75,7 +78,9 @@ class PrefixCache {
   std::vector<const Entry*> hottest(int64_t max_bytes) const;
 
   const PrefixCacheStats& stats() const { return stats_; }
-  // Bytes of blocks nobody but the cache holds (the rest are also live sequences' memory).
+  // Bytes of block memory nobody but the cache holds (the rest is also live sequences'
+  // memory): whole blocks no sequence uses, and the sliding parts of blocks a sequence keeps
+  // only the global part of.
   int64_t idle_bytes() const;
   const model::KvLayout& layout() const { return layout_; }
 

@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "engine/prefix_cache.h"
 #include "model/backend.h"
+#include "model/fingerprint.h"
 
 namespace ember::engine {
 namespace {
@@ -21,6 +22,12 @@ constexpr size_t kChecksummed = kWarmHeaderBytes - 8;  // the header checksum co
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t block_size(const model::KvBlock& b) {
+  int64_t n = 0;
+  for (std::span<const uint8_t> piece : b.bytes()) n += static_cast<int64_t>(piece.size());
+  return n;
 }
 
 size_t index_entry_bytes(int32_t block_tokens) {
@@ -128,14 +135,13 @@ Result<WarmReport> save_warm_file(const std::string& path, const PrefixCache& ca
   std::vector<uint8_t> index(chosen.size() * eb);
   for (size_t i = 0; i < chosen.size(); ++i) {
     const PrefixCache::Entry& e = *chosen[i];
-    const auto data = e.block->bytes();
-    EMBER_ASSERT(static_cast<int64_t>(data.size()) == l.block_bytes && e.tokens.size() == B);
+    EMBER_ASSERT(block_size(*e.block) == l.block_bytes && e.tokens.size() == B);
     const size_t at = i * eb;
     put<uint64_t>(index, at, e.key);
     put<uint64_t>(index, at + 8, e.parent);
     put<uint32_t>(index, at + 16, static_cast<uint32_t>(e.depth));
     put<uint32_t>(index, at + 20, e.hits);
-    put<uint64_t>(index, at + 24, XXH3_64bits(data.data(), data.size()));
+    put<uint64_t>(index, at + 24, model::kv_block_checksum(*e.block));
     std::memcpy(index.data() + at + 32, e.tokens.data(), B * sizeof(int32_t));
   }
   const auto header = encode_header(l, chosen.size(), XXH3_64bits(index.data(), index.size()));
@@ -148,7 +154,9 @@ Result<WarmReport> save_warm_file(const std::string& path, const PrefixCache& ca
       return fail("{}: save stopped after {} of {} blocks: time budget spent (previous file kept)",
                   path, i, chosen.size());
     }
-    EMBER_TRY_STATUS(w.write(chosen[i]->block->bytes()));
+    for (std::span<const uint8_t> piece : chosen[i]->block->bytes()) {
+      EMBER_TRY_STATUS(w.write(piece));
+    }
     if (opts.after_block_written) opts.after_block_written(static_cast<int64_t>(i + 1));
   }
   EMBER_TRY_STATUS(w.commit());

@@ -53,10 +53,20 @@ struct ModelConfig {
 // KvLayout::block_tokens consecutive positions of one sequence. A block is written only while
 // its sequence fills it; once full it is immutable and may be shared (the prefix cache, other
 // sequences that reuse the prefix, a file of warm state). Shared ownership = reference count.
+//
+// A backend may keep a block's layers in more than one allocation, so that a sequence can let
+// go of the sliding-window layers' part once no future query can see it while the global
+// layers' part (and the whole block, in the prefix cache) lives on; see Sequence::block.
 class KvBlock {
  public:
   virtual ~KvBlock() = default;
-  virtual std::span<const uint8_t> bytes() const = 0;  // KvLayout::block_bytes of KV data
+  // The block's KvLayout::block_bytes bytes of KV data, in order, as one or more pieces (their
+  // concatenation is what kv_block_from_bytes takes back).
+  virtual std::vector<std::span<const uint8_t>> bytes() const = 0;
+  // Bytes of this block's memory that no other block object shares: what dropping the last
+  // reference to this object frees. Less than block_bytes when a sequence holds a view of part
+  // of it (its global layers) — that part is in use although this object may not be.
+  virtual int64_t unshared_bytes() const = 0;
 };
 using KvBlockRef = std::shared_ptr<const KvBlock>;
 
@@ -73,13 +83,25 @@ struct KvLayout {
 
 // The KV state of one sequence. Created per request and destroyed with it (never reset field
 // by field); its memory is returned when it is destroyed (blocks shared elsewhere live on).
+//
+// Sliding-window layers keep only their window: once a full block lies outside the window of
+// every future query (its last position <= length() - sliding_window), the sequence drops its
+// reference to the block's sliding-layer part and keeps only the global layers' part. It does
+// so at the start of each forward, at its end for blocks that were already full before it, and
+// at creation (new_sequence, fork_sequence) — never for a block that became full in the latest
+// forward, so the caller can still take it whole with block() right after that forward.
 class Sequence {
  public:
   virtual ~Sequence() = default;
   virtual int32_t length() const = 0;    // tokens already in the cache (next position)
   virtual int32_t capacity() const = 0;  // most tokens it can hold
-  // Full block i (i < length() / block_tokens), shared: it is never written again.
+  // Full block i (i < length() / block_tokens), whole and shared: it is never written again.
+  // Valid for every block that became full in the latest forward() and any block still
+  // within the window; a block whose sliding part was dropped cannot be handed out.
   virtual KvBlockRef block(int32_t i) const = 0;
+  // Bytes of KV memory this sequence references (blocks it shares with others counted in
+  // full): the memory one sequence of this length costs.
+  virtual int64_t kv_bytes() const = 0;
 };
 
 struct ForwardItem {
@@ -110,8 +132,8 @@ class Backend {
   // pass over the weights. For each item with want_logits, in order, n_vocab floats are
   // written to `logits` (which must hold that many).
   virtual Status forward(std::span<const ForwardItem> items, std::span<float> logits) = 0;
-  // Bytes of KV memory held by live blocks: sequences' and those shared elsewhere (tests use
-  // it to prove nothing leaks).
+  // Bytes of KV memory actually held: every live allocation of sequences' blocks and of those
+  // shared elsewhere, each counted once (tests use it to prove nothing leaks).
   virtual int64_t live_kv_bytes() const = 0;
 };
 

@@ -21,51 +21,114 @@ namespace {
 constexpr int32_t kBlockTokens = 16;  // positions per KV block (the prefix cache's granularity)
 }  // namespace
 
-CpuKvBlock::CpuKvBlock(int32_t n_layer, int32_t block_tokens, int32_t kv_dim,
-                       std::shared_ptr<std::atomic<int64_t>> live_bytes)
-    : block_tokens_(block_tokens),
-      kv_dim_(kv_dim),
-      n_floats_(size_t{2} * static_cast<size_t>(n_layer) * static_cast<size_t>(block_tokens) *
-                static_cast<size_t>(kv_dim)),
-      data_(std::make_unique_for_overwrite<float[]>(n_floats_)),
-      live_bytes_(std::move(live_bytes)) {
-  live_bytes_->fetch_add(static_cast<int64_t>(n_floats_ * sizeof(float)));
-}
-
-CpuKvBlock::~CpuKvBlock() {
-  live_bytes_->fetch_sub(static_cast<int64_t>(n_floats_ * sizeof(float)));
-}
-
-CpuSequence::CpuSequence(const void* owner, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
-                         int32_t capacity, std::span<const KvBlockRef> prefix,
-                         std::shared_ptr<std::atomic<int64_t>> live_bytes)
-    : owner_(owner),
-      n_layer_(n_layer),
-      kv_dim_(kv_dim),
-      block_tokens_(block_tokens),
-      capacity_(capacity),
-      live_bytes_(std::move(live_bytes)) {
-  EMBER_ASSERT(static_cast<int64_t>(prefix.size()) * block_tokens <= capacity);
-  blocks_.reserve(static_cast<size_t>((capacity + block_tokens - 1) / block_tokens));
-  for (const KvBlockRef& b : prefix) {
-    auto cpu = std::dynamic_pointer_cast<const CpuKvBlock>(b);
-    EMBER_ASSERT(cpu != nullptr && cpu->bytes().size() ==
-                                       size_t{2} * n_layer * block_tokens * kv_dim * sizeof(float));
-    blocks_.push_back(std::const_pointer_cast<CpuKvBlock>(std::move(cpu)));
+CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim)
+    : n_layer(cfg.n_layer), block_tokens(tokens), kv_dim(dim) {
+  for (int32_t il = 0; il < n_layer; ++il) {
+    const int32_t p = cfg.is_sliding(il) ? kSliding : kGlobal;
+    part.push_back(p);
+    index.push_back(n_layers_in[p]++);
   }
-  shared_ = static_cast<int32_t>(prefix.size());
-  length_ = shared_ * block_tokens;
+}
+
+CpuKvPart::CpuKvPart(std::shared_ptr<const CpuKvGeometry> geo, int32_t part)
+    : geo_(std::move(geo)),
+      n_floats_(geo_->part_floats(part)),
+      data_(std::make_unique_for_overwrite<float[]>(n_floats_)) {
+  geo_->live_bytes->fetch_add(bytes());
+}
+
+CpuKvPart::~CpuKvPart() {
+  geo_->live_bytes->fetch_sub(bytes());
+}
+
+CpuKvBlock::CpuKvBlock(std::shared_ptr<const CpuKvGeometry> geo) : geo_(std::move(geo)) {
+  for (int32_t p = 0; p < 2; ++p) {
+    if (geo_->n_layers_in[p] > 0) part_[p] = std::make_shared<CpuKvPart>(geo_, p);
+  }
+}
+
+CpuKvBlock::CpuKvBlock(std::shared_ptr<const CpuKvGeometry> geo, std::shared_ptr<CpuKvPart> global)
+    : geo_(std::move(geo)) {
+  part_[CpuKvGeometry::kGlobal] = std::move(global);
+}
+
+std::shared_ptr<CpuKvBlock> CpuKvBlock::without_sliding() const {
+  return std::shared_ptr<CpuKvBlock>(new CpuKvBlock(geo_, part_[CpuKvGeometry::kGlobal]));
+}
+
+// Layer order, as one contiguous block used to be laid out ([n_layer][2][block_tokens][kv_dim]),
+// so the bytes (and the warm-state file) do not depend on the split; consecutive layers of one
+// part are adjacent in memory and come as one piece.
+std::vector<std::span<const uint8_t>> CpuKvBlock::bytes() const {
+  EMBER_ASSERT(whole());
+  std::vector<std::span<const uint8_t>> out;
+  const size_t layer_bytes = geo_->layer_floats() * sizeof(float);
+  for (int32_t il = 0; il < geo_->n_layer; ++il) {
+    const auto* p = reinterpret_cast<const uint8_t*>(row(il, 0, 0));
+    if (!out.empty() && out.back().data() + out.back().size() == p) {
+      out.back() = {out.back().data(), out.back().size() + layer_bytes};
+    } else {
+      out.emplace_back(p, layer_bytes);
+    }
+  }
+  return out;
+}
+
+int64_t CpuKvBlock::unshared_bytes() const {
+  int64_t n = 0;
+  for (const auto& p : part_) n += p && p.use_count() == 1 ? p->bytes() : 0;
+  return n;
+}
+
+int64_t CpuKvBlock::held_bytes() const {
+  int64_t n = 0;
+  for (const auto& p : part_) n += p ? p->bytes() : 0;
+  return n;
+}
+
+CpuSequence::CpuSequence(const void* owner, std::shared_ptr<const CpuKvGeometry> geo,
+                         int32_t window, int32_t capacity,
+                         std::vector<std::shared_ptr<CpuKvBlock>> prefix)
+    : owner_(owner),
+      geo_(std::move(geo)),
+      window_(window),
+      block_tokens_(geo_->block_tokens),
+      capacity_(capacity),
+      blocks_(std::move(prefix)) {
+  EMBER_ASSERT(static_cast<int64_t>(blocks_.size()) * block_tokens_ <= capacity);
+  shared_ = static_cast<int32_t>(blocks_.size());
+  length_ = shared_ * block_tokens_;
+  blocks_.reserve(static_cast<size_t>((capacity + block_tokens_ - 1) / block_tokens_));
+  drop_outside_window(length_);
+  for (int32_t b = first_whole_; b < shared_; ++b) EMBER_ASSERT(block_at(b)->whole());
 }
 
 KvBlockRef CpuSequence::block(int32_t i) const {
-  EMBER_ASSERT(i >= 0 && (i + 1) * block_tokens_ <= length_);
+  EMBER_ASSERT(i >= first_whole_ && (i + 1) * block_tokens_ <= length_);
   return blocks_[static_cast<size_t>(i)];
+}
+
+int64_t CpuSequence::kv_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : blocks_) n += b->held_bytes();
+  return n;
 }
 
 void CpuSequence::reserve(int32_t n) {
   EMBER_ASSERT(n <= capacity_);
-  while (allocated() < n) {
-    blocks_.push_back(std::make_shared<CpuKvBlock>(n_layer_, block_tokens_, kv_dim_, live_bytes_));
+  while (allocated() < n) blocks_.push_back(std::make_shared<CpuKvBlock>(geo_));
+}
+
+// Block b's last position, (b + 1) * B - 1, is visible from a query at pos >= length() only
+// while pos - last < window, so it is out of every future window once last <= length() - window.
+void CpuSequence::drop_outside_window(int32_t settled) {
+  if (window_ <= 0) return;
+  const int32_t B = block_tokens_;
+  while ((first_whole_ + 1) * B <= std::min(settled, length_) &&
+         (first_whole_ + 1) * B - 1 <= length_ - window_) {
+    auto& blk = blocks_[static_cast<size_t>(first_whole_)];
+    if (blk->whole()) blk = blk->without_sliding();
+    ++first_whole_;
   }
 }
 
@@ -80,7 +143,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, 
       q_dim_(cfg_.n_head * cfg_.head_dim),
       kv_dim_(cfg_.n_head_kv * cfg_.head_dim),
       pool_(n_threads),
-      live_bytes_(std::make_shared<std::atomic<int64_t>>(0)) {
+      geo_(std::make_shared<const CpuKvGeometry>(cfg_, kBlockTokens, kv_dim_)),
+      kv_window_(geo_->n_layers_in[CpuKvGeometry::kSliding] > 0 ? cfg_.sliding_window : 0) {
   layout_.block_tokens = kBlockTokens;
   layout_.block_bytes = int64_t{2} * cfg_.n_layer * kBlockTokens * kv_dim_ * int64_t{sizeof(float)};
   layout_.dtype = "f32";
@@ -91,8 +155,15 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, 
 std::unique_ptr<Sequence> CpuBackend::new_sequence(int32_t capacity,
                                                    std::span<const KvBlockRef> prefix) {
   EMBER_ASSERT(capacity > 0 && capacity <= n_ctx_);
-  return std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, kBlockTokens, capacity, prefix,
-                                       live_bytes_);
+  std::vector<std::shared_ptr<CpuKvBlock>> blocks;
+  blocks.reserve(prefix.size());
+  for (const KvBlockRef& b : prefix) {
+    auto cpu = std::dynamic_pointer_cast<const CpuKvBlock>(b);
+    EMBER_ASSERT(cpu != nullptr && cpu->whole() && cpu->held_bytes() == layout_.block_bytes);
+    // Shared blocks are only read (CpuSequence::writable guards the write path).
+    blocks.push_back(std::const_pointer_cast<CpuKvBlock>(std::move(cpu)));
+  }
+  return std::make_unique<CpuSequence>(this, geo_, kv_window_, capacity, std::move(blocks));
 }
 
 Result<KvBlockRef> CpuBackend::kv_block_from_bytes(std::span<const uint8_t> bytes) {
@@ -100,21 +171,25 @@ Result<KvBlockRef> CpuBackend::kv_block_from_bytes(std::span<const uint8_t> byte
     return fail("KV block has {} bytes; this model's blocks have {}", bytes.size(),
                 layout_.block_bytes);
   }
-  auto b = std::make_shared<CpuKvBlock>(cfg_.n_layer, kBlockTokens, kv_dim_, live_bytes_);
-  std::memcpy(b->data(), bytes.data(), bytes.size());
+  // Layer by layer, in the order bytes() gives them: a layer's K and V rows are contiguous.
+  auto b = std::make_shared<CpuKvBlock>(geo_);
+  const size_t layer_bytes = geo_->layer_floats() * sizeof(float);
+  for (int32_t il = 0; il < cfg_.n_layer; ++il) {
+    std::memcpy(b->k(il, 0), bytes.data() + size_t(il) * layer_bytes, layer_bytes);
+  }
   return KvBlockRef(std::move(b));
 }
 
 std::unique_ptr<Sequence> CpuBackend::fork_sequence(const Sequence& src, int32_t capacity) {
   const auto& from = static_cast<const CpuSequence&>(src);
   EMBER_ASSERT(from.owner() == this && capacity >= from.length() && capacity <= n_ctx_);
-  // Full blocks never change again: the fork shares them. The partial last block is copied.
+  // Full blocks never change again: the fork shares them (as the source holds them: those out
+  // of the window without their sliding part). The partial last block is copied.
   const int32_t full = from.length() / kBlockTokens;
-  std::vector<KvBlockRef> prefix;
+  std::vector<std::shared_ptr<CpuKvBlock>> prefix;
   prefix.reserve(static_cast<size_t>(full));
-  for (int32_t b = 0; b < full; ++b) prefix.push_back(from.block(b));
-  auto seq = std::make_unique<CpuSequence>(this, cfg_.n_layer, kv_dim_, kBlockTokens, capacity,
-                                           prefix, live_bytes_);
+  for (int32_t b = 0; b < full; ++b) prefix.push_back(from.block_ref(b));
+  auto seq = std::make_unique<CpuSequence>(this, geo_, kv_window_, capacity, std::move(prefix));
   const int32_t tail = from.length() - full * kBlockTokens;
   if (tail > 0) {
     seq->reserve(from.length());
@@ -166,7 +241,11 @@ Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<float> 
   for (int32_t il = 0; il < cfg_.n_layer; ++il) layer(il);
   output(items, logits);
   for (size_t i = 0; i < items.size(); ++i) {
+    const int32_t before = seqs_[i]->length();
     seqs_[i]->advance(static_cast<int32_t>(items[i].tokens.size()));
+    // Blocks full before this forward had their chance to be taken whole (Sequence::block);
+    // those filled now keep their sliding part until the next forward.
+    seqs_[i]->drop_outside_window(before);
   }
   return {};
 }
@@ -207,6 +286,7 @@ void CpuBackend::prepare(std::span<const ForwardItem> items) {
   for (size_t i = 0; i < items.size(); ++i) {
     auto* seq = static_cast<CpuSequence*>(items[i].seq);
     seqs_.push_back(seq);
+    seq->drop_outside_window(seq->length());  // before allocating: the peak stays lower
     seq->reserve(seq->length() + static_cast<int32_t>(items[i].tokens.size()));
     for (size_t j = 0; j < items[i].tokens.size(); ++j, ++row) {
       tok_item_[row] = static_cast<int32_t>(i);
@@ -312,9 +392,11 @@ void CpuBackend::layer(int32_t il) {
 // Causal attention of every token over its own sequence's cache, which already holds this
 // chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
 // share the keys, the values and the causal range, so they run together
-// (tensor::attend_group_segments). The range [lo, pos] is read block by block as segments; a
-// sliding window is a mask on the range (every block keeps full history), so reused blocks are
-// read exactly as fresh ones.
+// (tensor::attend_group_segments). The range [lo, pos] is read block by block as segments. A
+// sliding layer reads only [pos - window + 1, pos], which never reaches a block whose sliding
+// part the sequence dropped (CpuSequence::drop_outside_window keeps every block a query at
+// length() or later can see; CpuKvBlock::k asserts it), so reused and trimmed blocks are read
+// exactly as fresh ones.
 void CpuBackend::attention(int32_t il) {
   const int32_t hd = cfg_.head_dim;
   const int32_t group = cfg_.n_head / cfg_.n_head_kv;

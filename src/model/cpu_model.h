@@ -14,55 +14,105 @@
 
 namespace ember::model {
 
-// One KV block, f32: [n_layer][2 (K, V)][block_tokens][kv_dim]. Counts itself in the backend's
-// live bytes for as long as anyone (a sequence, the prefix cache) holds it.
+// Where each layer's K and V live inside a CpuKvBlock. A block keeps its layers in two parts,
+// each one allocation: the global layers' and the sliding-window layers' (either may have no
+// layers). Shared by the backend and every block it made; blocks may outlive the backend (an
+// engine's prefix cache during teardown), so they hold it by shared_ptr, with the live-bytes
+// counter they report to.
+struct CpuKvGeometry {
+  enum Part : int32_t { kGlobal = 0, kSliding = 1 };
+  CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim);
+  int32_t n_layer, block_tokens, kv_dim;
+  std::vector<int32_t> part;        // [n_layer] kGlobal or kSliding
+  std::vector<int32_t> index;       // [n_layer] the layer's index within its part
+  int32_t n_layers_in[2] = {0, 0};  // layers per part
+  std::shared_ptr<std::atomic<int64_t>> live_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  size_t layer_floats() const { return size_t{2} * size_t(block_tokens) * size_t(kv_dim); }
+  size_t part_floats(int32_t p) const { return size_t(n_layers_in[p]) * layer_floats(); }
+};
+
+// One part's memory, f32 [layers in the part][2 (K, V)][block_tokens][kv_dim]. Counts itself in
+// the live bytes for as long as any block object holds it.
+class CpuKvPart {
+ public:
+  CpuKvPart(std::shared_ptr<const CpuKvGeometry> geo, int32_t part);
+  ~CpuKvPart();
+  CpuKvPart(const CpuKvPart&) = delete;
+  CpuKvPart& operator=(const CpuKvPart&) = delete;
+  float* data() const { return data_.get(); }
+  int64_t bytes() const { return static_cast<int64_t>(n_floats_ * sizeof(float)); }
+
+ private:
+  std::shared_ptr<const CpuKvGeometry> geo_;
+  size_t n_floats_;
+  std::unique_ptr<float[]> data_;
+};
+
+// One KV block: its two parts. A whole block holds both; a sequence whose window has passed
+// the block swaps it for a view without the sliding part (without_sliding()), which shares the
+// global part, so the sliding memory is freed once no whole copy remains (the prefix cache may
+// keep one).
 class CpuKvBlock final : public KvBlock {
  public:
-  CpuKvBlock(int32_t n_layer, int32_t block_tokens, int32_t kv_dim,
-             std::shared_ptr<std::atomic<int64_t>> live_bytes);
-  ~CpuKvBlock() override;
-  std::span<const uint8_t> bytes() const override {
-    return {reinterpret_cast<const uint8_t*>(data_.get()), n_floats_ * sizeof(float)};
-  }
-  float* data() { return data_.get(); }
-  // Row of position `slot` (0 <= slot < block_tokens) of layer il.
+  // A whole block with fresh (uninitialised) memory.
+  explicit CpuKvBlock(std::shared_ptr<const CpuKvGeometry> geo);
+  std::vector<std::span<const uint8_t>> bytes() const override;  // whole blocks only
+  int64_t unshared_bytes() const override;
+  bool whole() const { return part_[1] != nullptr || geo_->n_layers_in[1] == 0; }
+  // The same block without its sliding part (the global part shared with this one).
+  std::shared_ptr<CpuKvBlock> without_sliding() const;
+  int64_t held_bytes() const;  // bytes of the parts this object references
+  // Row of position `slot` (0 <= slot < block_tokens) of layer il; the layer's part must be
+  // held.
   float* k(int32_t il, int32_t slot) const { return row(il, 0, slot); }
   float* v(int32_t il, int32_t slot) const { return row(il, 1, slot); }
 
  private:
+  CpuKvBlock(std::shared_ptr<const CpuKvGeometry> geo, std::shared_ptr<CpuKvPart> global);
   float* row(int32_t il, int32_t kv, int32_t slot) const {
-    return data_.get() + ((static_cast<size_t>(il) * 2 + kv) * block_tokens_ + slot) * kv_dim_;
+    const CpuKvPart* p = part_[geo_->part[size_t(il)]].get();
+    EMBER_ASSERT(p != nullptr);  // a dropped sliding part is never read or written
+    return p->data() +
+           ((static_cast<size_t>(geo_->index[size_t(il)]) * 2 + kv) * geo_->block_tokens + slot) *
+               geo_->kv_dim;
   }
-  int32_t block_tokens_, kv_dim_;
-  size_t n_floats_;
-  std::unique_ptr<float[]> data_;
-  std::shared_ptr<std::atomic<int64_t>> live_bytes_;
+  std::shared_ptr<const CpuKvGeometry> geo_;
+  std::shared_ptr<CpuKvPart> part_[2];  // [kGlobal], [kSliding]; null: dropped or no layers
 };
 
 // KV cache of one sequence: a list of blocks, allocated one at a time as positions are
 // reserved (a short request does not pay for a long context). The first `shared` blocks came
 // from elsewhere (a reused prefix) and are never written; blocks the sequence filled itself are
 // handed out (block()) once full and are not written after that either, because positions only
-// ever grow.
+// ever grow. Blocks below first_whole() have lost their sliding part (see Sequence).
 class CpuSequence final : public Sequence {
  public:
-  CpuSequence(const void* owner, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
-              int32_t capacity, std::span<const KvBlockRef> prefix,
-              std::shared_ptr<std::atomic<int64_t>> live_bytes);
+  // `prefix`: full blocks for positions [0, prefix.size() * block_tokens); those a future
+  // query can still see through a sliding layer must be whole.
+  CpuSequence(const void* owner, std::shared_ptr<const CpuKvGeometry> geo, int32_t window,
+              int32_t capacity, std::vector<std::shared_ptr<CpuKvBlock>> prefix);
   int32_t length() const override { return length_; }
   int32_t capacity() const override { return capacity_; }
   KvBlockRef block(int32_t i) const override;
+  int64_t kv_bytes() const override;
 
   const void* owner() const { return owner_; }
   int32_t allocated() const { return static_cast<int32_t>(blocks_.size()) * block_tokens_; }
+  int32_t first_whole() const { return first_whole_; }
   // Makes room for positions [0, n); n <= capacity.
   void reserve(int32_t n);
   void advance(int32_t n) { length_ += n; }
+  // Drops the sliding part of every full block below `settled` (a length: blocks the caller
+  // has had the chance to take whole) that no query at length() or later can see.
+  void drop_outside_window(int32_t settled);
   // Where position pos of layer il is written (never a shared block).
   float* k_slot(int32_t il, int32_t pos) { return writable(pos)->k(il, pos % block_tokens_); }
   float* v_slot(int32_t il, int32_t pos) { return writable(pos)->v(il, pos % block_tokens_); }
-  // Block b (read-only use by attention).
+  // Block b (read-only use by attention, and by fork_sequence).
   CpuKvBlock* block_at(int32_t b) const { return blocks_[static_cast<size_t>(b)].get(); }
+  const std::shared_ptr<CpuKvBlock>& block_ref(int32_t b) const {
+    return blocks_[static_cast<size_t>(b)];
+  }
   int32_t block_tokens() const { return block_tokens_; }
 
  private:
@@ -72,12 +122,13 @@ class CpuSequence final : public Sequence {
     return blocks_[static_cast<size_t>(b)].get();
   }
   const void* owner_;
-  int32_t n_layer_, kv_dim_, block_tokens_, capacity_;
-  int32_t length_ = 0, shared_ = 0;
+  std::shared_ptr<const CpuKvGeometry> geo_;
+  int32_t window_;  // sliding window (0: the model has no sliding layers, nothing is dropped)
+  int32_t block_tokens_, capacity_;
+  int32_t length_ = 0, shared_ = 0, first_whole_ = 0;
   // Blocks below shared_ came in as KvBlockRef (const) and are only read; writable() guards
   // the write path.
   std::vector<std::shared_ptr<CpuKvBlock>> blocks_;
-  std::shared_ptr<std::atomic<int64_t>> live_bytes_;
 };
 
 class CpuBackend final : public Backend {
@@ -92,7 +143,7 @@ class CpuBackend final : public Backend {
   Result<KvBlockRef> kv_block_from_bytes(std::span<const uint8_t> bytes) override;
   std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) override;
   Status forward(std::span<const ForwardItem> items, std::span<float> logits) override;
-  int64_t live_kv_bytes() const override { return live_bytes_->load(); }
+  int64_t live_kv_bytes() const override { return geo_->live_bytes->load(); }
 
  private:
   Status check(std::span<const ForwardItem> items, size_t n_logits) const;
@@ -109,7 +160,8 @@ class CpuBackend final : public Backend {
   int32_t q_dim_, kv_dim_;
   KvLayout layout_;
   tensor::ThreadPool pool_;
-  std::shared_ptr<std::atomic<int64_t>> live_bytes_;
+  std::shared_ptr<const CpuKvGeometry> geo_;
+  int32_t kv_window_;  // cfg_.sliding_window when some layer is sliding, else 0
 
   // Per-forward scratch, grown as needed and reused (T = tokens in the batch).
   int64_t n_tok_ = 0;

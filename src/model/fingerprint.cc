@@ -95,4 +95,10 @@ uint64_t kv_context_key(const KvLayout& layout, const ModelConfig& cfg) {
   return h.digest();
 }
 
+uint64_t kv_block_checksum(const KvBlock& block) {
+  Hasher h;
+  for (std::span<const uint8_t> piece : block.bytes()) h.bytes(piece.data(), piece.size());
+  return h.digest();
+}
+
 }  // namespace ember::model

@@ -19,5 +19,8 @@ namespace ember::model {
 
 uint64_t model_fingerprint(const gguf::File& file, const ModelConfig& cfg);
 uint64_t kv_context_key(const KvLayout& layout, const ModelConfig& cfg);
+// XXH3-64 of a block's bytes as one span, whatever pieces the backend keeps them in (the
+// warm-state file's per-block checksum).
+uint64_t kv_block_checksum(const KvBlock& block);
 
 }  // namespace ember::model

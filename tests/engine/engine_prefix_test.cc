@@ -122,17 +122,6 @@ TEST(EnginePrefix, no_cache_means_no_reuse_and_no_kv_kept) {
 
 // ---- real fixtures ----
 
-std::shared_ptr<model::Backend> load_backend(const std::string& path) {
-  auto f = gguf::File::open(path);
-  EXPECT_TRUE(f.ok()) << f.message();
-  if (!f.ok()) return nullptr;
-  auto file = std::make_shared<const gguf::File>(std::move(f).value());
-  auto b = model::load_cpu_model(file, {.n_threads = 2, .n_ctx = 2048});
-  EXPECT_TRUE(b.ok()) << b.message();
-  if (!b.ok()) return nullptr;
-  return std::shared_ptr<model::Backend>(std::move(b).value());
-}
-
 GenerateRequest with_logprobs(std::vector<int32_t> prompt, int32_t n) {
   GenerateRequest g = greedy_request(std::move(prompt), n);
   g.sampling.top_logprobs = 5;

@@ -1,5 +1,6 @@
 // Helpers shared by the engine tests: a Gate that a hook blocks on (so tests stop the engine
-// at an exact site without sleeps), draining a stream, and deterministic prompts.
+// at an exact site without sleeps), draining a stream, deterministic prompts, and real CPU
+// backends on fixture models.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,9 @@
 #include <mutex>
 
 #include "engine/engine.h"
+#include "fixture/fixture.h"
+#include "gguf/reader.h"
+#include "model/backend.h"
 
 namespace ember::engine::testing {
 
@@ -100,5 +104,28 @@ using SteadyClock = std::chrono::steady_clock;
 // release (poll sites, re-poll, finish, event delivery) — NOT the wall time of one prefill chunk
 // or decode step on a big model, which is the residual window documented in engine.h.
 constexpr auto kReleaseBound = std::chrono::seconds(2);
+
+// The CPU backend on a GGUF file, or null (with a test failure).
+inline std::shared_ptr<model::Backend> load_backend(const std::string& path, int32_t n_ctx = 2048) {
+  auto f = gguf::File::open(path);
+  EXPECT_TRUE(f.ok()) << f.message();
+  if (!f.ok()) return nullptr;
+  auto file = std::make_shared<const gguf::File>(std::move(f).value());
+  auto b = model::load_cpu_model(file, {.n_threads = 2, .n_ctx = n_ctx});
+  EXPECT_TRUE(b.ok()) << b.message();
+  if (!b.ok()) return nullptr;
+  return std::shared_ptr<model::Backend>(std::move(b).value());
+}
+
+// A small gemma3 fixture: five sliding-window layers (window 128) and one global, written to
+// the test's temp dir as `name`.gguf; returns its path.
+inline std::string gemma3_fixture(const std::string& name) {
+  fixture::FixtureSpec spec;
+  spec.arch = "gemma3";
+  spec.n_layer = 6;
+  const std::string path = ::testing::TempDir() + "/ember_" + name + ".gguf";
+  EXPECT_TRUE(fixture::write_fixture(spec, path).ok());
+  return path;
+}
 
 }  // namespace ember::engine::testing

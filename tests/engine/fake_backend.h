@@ -29,9 +29,10 @@ class FakeBlock final : public model::KvBlock {
     live_->fetch_add(bytes_);
   }
   ~FakeBlock() override { live_->fetch_sub(bytes_); }
-  std::span<const uint8_t> bytes() const override {
-    return {reinterpret_cast<const uint8_t*>(toks_.data()), toks_.size() * sizeof(int32_t)};
+  std::vector<std::span<const uint8_t>> bytes() const override {
+    return {{reinterpret_cast<const uint8_t*>(toks_.data()), toks_.size() * sizeof(int32_t)}};
   }
+  int64_t unshared_bytes() const override { return int64_t(toks_.size() * sizeof(int32_t)); }
   const std::vector<int32_t>& tokens() const { return toks_; }
 
  private:
@@ -64,6 +65,7 @@ class FakeSequence final : public model::Sequence {
     }
     return blocks[size_t(i)];
   }
+  int64_t kv_bytes() const override { return bytes_; }
   uint64_t uid() const { return uid_; }
   std::vector<int32_t> tokens;
   mutable std::vector<model::KvBlockRef> blocks;  // handed out or reused, in position order

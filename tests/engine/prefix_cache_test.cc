@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "engine/engine_test_util.h"
 #include "engine/fake_backend.h"
 
 namespace ember::engine {
@@ -152,6 +153,60 @@ TEST(PrefixCache, zero_budget_caches_nothing) {
   PrefixCache c(f.fake.kv_layout(), 0);
   f.add(c, seq_of(8, 1));
   EXPECT_EQ(c.stats().blocks, 0);
+}
+
+// A sequence past gemma3's sliding window keeps only the global layers' part of its early
+// blocks. The cache's whole copies of them are not pinned: over budget they go, freeing the
+// sliding parts only the cache held, so the sequence costs its window; within budget they stay,
+// and only their sliding parts count as idle (live - idle is the sequence's own memory, what
+// the engine reports as sequences' KV bytes).
+//
+// PublishingSequence feeds 480 tokens (30 blocks) in chunks of 48 to a sequence on a cache of
+// `budget_blocks`, inserting each newly full block after each forward (as the engine publishes).
+struct PublishingSequence {
+  explicit PublishingSequence(int64_t budget_blocks)
+      : cache(b->kv_layout(), budget_blocks * b->kv_layout().block_bytes) {
+    const int32_t B = b->kv_layout().block_tokens;
+    std::vector<float> logits(size_t(b->config().n_vocab));
+    uint64_t parent = cache.root();
+    int32_t published = 0;
+    for (size_t at = 0; at < toks.size(); at += 48) {
+      model::ForwardItem it{seq.get(), std::span(toks).subspan(at, 48), true};
+      EXPECT_TRUE(b->forward({&it, 1}, logits).ok());
+      for (; (published + 1) * B <= seq->length(); ++published) {
+        parent = cache.insert(parent, published,
+                              std::span(toks).subspan(size_t(published * B), size_t(B)),
+                              seq->block(published));
+      }
+    }
+  }
+  std::shared_ptr<model::Backend> b =
+      testing::load_backend(testing::gemma3_fixture("prefix_window"));
+  int64_t block_bytes = b->kv_layout().block_bytes;
+  std::unique_ptr<model::Sequence> seq = b->new_sequence(512);
+  std::vector<int32_t> toks = seq_of(480, 3);
+  PrefixCache cache;
+};
+
+TEST(PrefixCache, over_budget_it_drops_blocks_a_sequence_past_the_window_holds_only_in_part) {
+  PublishingSequence p(4);
+  // What is left is pinned: the blocks the sequence still holds whole (its window).
+  EXPECT_GT(p.cache.stats().blocks, 4);
+  EXPECT_LT(p.cache.stats().blocks, 30);
+  EXPECT_EQ(p.cache.idle_bytes(), 0);
+  EXPECT_EQ(p.b->live_kv_bytes(), p.seq->kv_bytes()) << "the cache holds nothing beyond it";
+  EXPECT_LT(p.seq->kv_bytes(), 30 * p.block_bytes / 2);
+}
+
+TEST(PrefixCache, within_budget_only_the_sliding_parts_of_blocks_held_in_part_are_idle) {
+  PublishingSequence p(64);
+  EXPECT_EQ(p.cache.stats().blocks, 30);
+  EXPECT_LT(p.seq->kv_bytes(), 30 * p.block_bytes) << "the sequence let go of sliding parts";
+  EXPECT_GT(p.cache.idle_bytes(), 0);
+  EXPECT_EQ(p.b->live_kv_bytes() - p.cache.idle_bytes(), p.seq->kv_bytes());
+  p.seq.reset();
+  EXPECT_EQ(p.cache.idle_bytes(), p.b->live_kv_bytes());
+  EXPECT_EQ(p.b->live_kv_bytes(), 30 * p.block_bytes);
 }
 
 }  // namespace

@@ -132,6 +132,45 @@ TEST(WarmCache, graceful_exit_saves_and_the_next_start_is_warm_with_identical_ou
   EXPECT_GT(e.stats().warm_load_seconds, 0.0);
 }
 
+// On a real gemma3 fixture with a system prompt far longer than its sliding window (as the
+// warm-restart benchmark's on Gemma): the sequence that wrote the blocks had let go of their
+// sliding parts, yet the cache kept them whole, so the file restores every block and the next
+// engine's answer is warm and bit-identical to a cold one.
+TEST(WarmCache, a_gemma3_system_prompt_past_the_window_restarts_warm_with_identical_output) {
+  const std::string model = gemma3_fixture("warm_gemma3");
+  auto backend = [&] { return load_backend(model, 1024); };
+  auto first = backend();
+  const int32_t V = first->config().n_vocab;
+  const auto system = make_prompt(420, V, 31);
+  auto ask = [&](uint32_t salt) {
+    auto p = system;
+    for (int32_t t : make_prompt(7, V, salt)) p.push_back(t);
+    GenerateRequest g = greedy_request(std::move(p), 6);
+    g.sampling.top_logprobs = 3;
+    return g;
+  };
+  Collected cold;
+  {
+    Engine e(first, {});
+    cold = drain(*submit_ok(e, ask(2)));
+  }
+  const std::string dir = fresh_dir("gemma3");
+  {
+    Engine e(first, warm_opts(dir));
+    drain(*submit_ok(e, ask(1)));
+  }
+  Engine e(backend(), warm_opts(dir));  // a fresh backend: a restarted worker
+  EXPECT_EQ(e.stats().warm_blocks_loaded, (420 + 7 + 5) / 16);
+  Collected warm = drain(*submit_ok(e, ask(2)));
+  EXPECT_EQ(warm.done.usage.cached_tokens, 416) << "the system prompt's 26 full blocks";
+  EXPECT_EQ(warm.tokens, cold.tokens);
+  ASSERT_EQ(warm.events.size(), cold.events.size());
+  for (size_t i = 0; i < warm.events.size(); ++i) {
+    EXPECT_EQ(warm.events[i].logprob, cold.events[i].logprob) << i;
+    EXPECT_EQ(warm.events[i].top, cold.events[i].top) << i;
+  }
+}
+
 TEST(WarmCache, a_missing_file_is_a_quiet_cold_start) {
   const std::string dir = fresh_dir("missing");
   Loaded l = load_and_ask(dir);

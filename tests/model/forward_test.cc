@@ -52,7 +52,8 @@ TEST_P(ForwardPerArch, a_forked_sequence_continues_exactly_like_its_source) {
   auto from_src = run(*b, *src, next);
   EXPECT_EQ(max_abs_diff(from_fork, from_src), 0.f);
   fork.reset();
-  EXPECT_EQ(b->live_kv_bytes(), before) << "and returned when it goes";
+  // (Not `before`: past gemma3's window the source has since let go of sliding parts.)
+  EXPECT_EQ(b->live_kv_bytes(), src->kv_bytes()) << "and returned when it goes";
 }
 
 TEST_P(ForwardPerArch, batch_of_three_matches_each_alone) {

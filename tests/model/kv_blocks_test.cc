@@ -102,13 +102,13 @@ TEST_P(KvBlocks, sequence_on_reused_blocks_continues_bit_identically) {
     std::vector<KvBlockRef> prefix;
     for (int32_t i = 0; i < n_blocks; ++i) prefix.push_back(donor->block(i));
     std::vector<std::vector<uint8_t>> before;
-    for (auto& p : prefix) before.emplace_back(p->bytes().begin(), p->bytes().end());
+    for (auto& p : prefix) before.push_back(flat_bytes(*p));
     auto seq = b_->new_sequence(1024, prefix);
     ASSERT_EQ(seq->length(), n_blocks * B);
     auto got = run(*b_, *seq, std::span(toks).subspan(size_t(n_blocks * B)));
     EXPECT_EQ(got, want) << n_blocks << " reused blocks";
     for (size_t i = 0; i < prefix.size(); ++i) {  // shared blocks were only read
-      EXPECT_TRUE(std::equal(before[i].begin(), before[i].end(), prefix[i]->bytes().begin()));
+      EXPECT_EQ(before[i], flat_bytes(*prefix[i]));
     }
   }
 }
@@ -120,7 +120,7 @@ TEST_P(KvBlocks, blocks_rebuilt_from_bytes_serve_like_the_originals) {
   const auto want = run(*b_, *donor, toks);
   std::vector<KvBlockRef> copies;
   for (int32_t i = 0; i < 5; ++i) {
-    auto c = b_->kv_block_from_bytes(donor->block(i)->bytes());
+    auto c = b_->kv_block_from_bytes(flat_bytes(*donor->block(i)));
     ASSERT_TRUE(c.ok()) << c.message();
     copies.push_back(*c);
   }

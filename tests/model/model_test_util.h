@@ -114,6 +114,14 @@ inline void rewrite(
   ASSERT_TRUE(st.ok()) << st.message();
 }
 
+// A KV block's bytes as one buffer (the pieces of KvBlock::bytes(), concatenated).
+inline std::vector<uint8_t> flat_bytes(const KvBlock& b) {
+  std::vector<uint8_t> out;
+  for (std::span<const uint8_t> piece : b.bytes())
+    out.insert(out.end(), piece.begin(), piece.end());
+  return out;
+}
+
 // Runs one item and returns its last-token logits.
 inline std::vector<float> run(Backend& b, Sequence& seq, std::span<const int32_t> tokens) {
   std::vector<float> logits(b.config().n_vocab);
