@@ -54,6 +54,7 @@ Result<Loaded> load(const RunOptions& o) {
   model::LoadOptions lo;
   lo.n_threads = o.threads;
   lo.n_ctx = o.ctx_size;
+  lo.copy_weights_in_background = true;  // the first answer need not wait for the copy
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   EMBER_TRY(auto codec,
             text::TextCodec::create(std::shared_ptr<const text::Tokenizer>(std::move(tok)),

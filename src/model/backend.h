@@ -135,6 +135,11 @@ class Backend {
   // Bytes of KV memory actually held: every live allocation of sequences' blocks and of those
   // shared elsewhere, each counted once (tests use it to prove nothing leaks).
   virtual int64_t live_kv_bytes() const = 0;
+  // Waits for a background weight copy (LoadOptions::copy_weights_in_background) to finish or
+  // fail; the next forward then uses the copies. Call from the thread that runs forward.
+  virtual void settle_weights() {}
+  // Bytes of weight matrices forwards read from huge-page copies (0: from the file mapping).
+  virtual int64_t weight_copy_bytes() const { return 0; }
 };
 
 struct LoadOptions {
@@ -143,6 +148,11 @@ struct LoadOptions {
   // Copy the weight matrices out of the file mapping into huge-page memory (weights.h); off:
   // stream them from the mapping (zero-copy, 4 KiB pages).
   bool huge_page_weights = true;
+  // With huge_page_weights: copy on a background thread instead of before load returns. The
+  // backend is usable at once (forwards read the file mapping) and switches to the copies at
+  // the start of the first forward after the copy is done, so a server is ready without
+  // waiting for the copy (up to seconds on a VM whose fresh memory is slow to fault in).
+  bool copy_weights_in_background = false;
 };
 
 // Loads weights from the file (kept mapped; zero-copy). Errors: unknown architecture, a

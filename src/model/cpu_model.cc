@@ -1,10 +1,13 @@
 // The CPU forward pass for llama, qwen3 and gemma3 (see cpu_model.h for the batching scheme).
 #include "model/cpu_model.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "model/fingerprint.h"
 #include "model/ops.h"
@@ -234,9 +237,41 @@ Status CpuBackend::check(std::span<const ForwardItem> items, size_t n_logits) co
   return {};
 }
 
+CpuBackend::~CpuBackend() {
+  copy_cancel_.store(true, std::memory_order_relaxed);
+  if (copier_.joinable()) copier_.join();
+}
+
+void CpuBackend::start_weight_copy() {
+  EMBER_ASSERT(!copier_.joinable() && !w_.arena);
+  // The thread gets its own Weights (pointers into the mapping); w_ is not touched until
+  // adopt_weight_copy, on the forward thread.
+  copier_ = std::thread([this, w = w_]() mutable {
+    pthread_setname_np(pthread_self(), "ember-wcopy");  // tests wait for it (conftest.py)
+    if (copy_matrices_to_arena(&w, &copy_cancel_)) {
+      copied_ = std::move(w);
+      copy_done_.store(true, std::memory_order_release);
+    }
+  });
+}
+
+void CpuBackend::adopt_weight_copy() {
+  if (!copy_done_.load(std::memory_order_acquire) || !copied_) return;
+  Weights mapped = std::exchange(w_, std::move(*copied_));  // same bytes: bit-identical
+  copied_.reset();
+  release_matrix_pages(&mapped);           // pages this process read from the mapping meanwhile
+  if (copier_.joinable()) copier_.join();  // copy_done_ was its last write
+}
+
+void CpuBackend::settle_weights() {
+  if (copier_.joinable()) copier_.join();  // done, failed or cancelled: it ends either way
+  adopt_weight_copy();
+}
+
 Status CpuBackend::forward(std::span<const ForwardItem> items, std::span<float> logits) {
   if (items.empty()) return {};
   EMBER_TRY_STATUS(check(items, logits.size()));
+  adopt_weight_copy();
   prepare(items);
   for (int32_t il = 0; il < cfg_.n_layer; ++il) layer(il);
   output(items, logits);
@@ -460,14 +495,17 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_ASSERT(file != nullptr);
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
-  if (opts.huge_page_weights) copy_matrices_to_arena(&w);  // else, or if it fails: the mapping
+  const bool background = opts.huge_page_weights && opts.copy_weights_in_background;
+  if (opts.huge_page_weights && !background) copy_matrices_to_arena(&w);  // fails: the mapping
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);
   int32_t n_threads = opts.n_threads;
   if (n_threads == 0) n_threads = static_cast<int32_t>(std::thread::hardware_concurrency());
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-      std::move(file), std::move(cfg), std::move(w), n_ctx, std::max(1, n_threads)));
+  auto backend = std::make_unique<CpuBackend>(std::move(file), std::move(cfg), std::move(w), n_ctx,
+                                              std::max(1, n_threads));
+  if (background) backend->start_weight_copy();
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace ember::model

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "model/backend.h"
@@ -135,6 +137,9 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, Weights w, int32_t n_ctx,
              int32_t n_threads);
+  ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
   const ModelConfig& config() const override { return cfg_; }
   int32_t n_ctx() const override { return n_ctx_; }
   const KvLayout& kv_layout() const override { return layout_; }
@@ -144,6 +149,13 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Sequence> fork_sequence(const Sequence& src, int32_t capacity) override;
   Status forward(std::span<const ForwardItem> items, std::span<float> logits) override;
   int64_t live_kv_bytes() const override { return geo_->live_bytes->load(); }
+  void settle_weights() override;
+  int64_t weight_copy_bytes() const override {
+    return w_.arena ? static_cast<int64_t>(w_.arena->used()) : 0;
+  }
+  // Starts copying the matrices into huge pages on a background thread (once, right after
+  // construction); forward adopts the copies when they are done.
+  void start_weight_copy();
 
  private:
   Status check(std::span<const ForwardItem> items, size_t n_logits) const;
@@ -152,6 +164,7 @@ class CpuBackend final : public Backend {
   void layer(int32_t il);
   void attention(int32_t il);
   void output(std::span<const ForwardItem> items, std::span<float> logits);
+  void adopt_weight_copy();
 
   std::shared_ptr<const gguf::File> file_;  // keeps the weights mapped
   ModelConfig cfg_;
@@ -162,6 +175,14 @@ class CpuBackend final : public Backend {
   tensor::ThreadPool pool_;
   std::shared_ptr<const CpuKvGeometry> geo_;
   int32_t kv_window_;  // cfg_.sliding_window when some layer is sliding, else 0
+
+  // Background weight copy: copier_ fills copied_ and then sets copy_done_ (release); the
+  // forward thread reads copied_ only after seeing copy_done_ (acquire), moves it into w_ and
+  // joins. copy_cancel_ stops a copy still running when the backend is destroyed.
+  std::thread copier_;
+  std::optional<Weights> copied_;
+  std::atomic<bool> copy_done_{false};
+  std::atomic<bool> copy_cancel_{false};
 
   // Per-forward scratch, grown as needed and reused (T = tokens in the batch).
   int64_t n_tok_ = 0;

@@ -142,7 +142,13 @@ size_t matrix_bytes(const tensor::Matrix& m) {
 
 }  // namespace
 
-bool copy_matrices_to_arena(Weights* w) {
+void release_matrix_pages(Weights* w) {
+  for_each_matrix(w, [](const tensor::Matrix& m) {
+    if (m.data != nullptr) tensor::release_pages(m.data, matrix_bytes(m));
+  });
+}
+
+bool copy_matrices_to_arena(Weights* w, const std::atomic<bool>* cancel) {
   size_t total = 0;
   const void* tied = w->output.data == w->token_embd.data ? w->output.data : nullptr;
   for_each_matrix(w, [&](const tensor::Matrix& m) {
@@ -151,8 +157,14 @@ bool copy_matrices_to_arena(Weights* w) {
   auto arena = tensor::WeightArena::create(total);
   if (!arena) return false;
   std::vector<std::pair<const void*, const void*>> moved;  // original -> copy
-  for_each_matrix(w, [&](tensor::Matrix& m) {
-    if (m.data == nullptr) return;
+  Weights copy = *w;
+  bool cancelled = false;
+  for_each_matrix(&copy, [&](tensor::Matrix& m) {
+    if (m.data == nullptr || cancelled) return;
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      cancelled = true;
+      return;
+    }
     for (const auto& [from, to] : moved) {
       if (from == m.data) {
         m.data = to;
@@ -160,12 +172,14 @@ bool copy_matrices_to_arena(Weights* w) {
       }
     }
     const size_t n = matrix_bytes(m);
-    const uint8_t* copy = arena->add(m.data, n, /*release_source=*/true);
-    EMBER_ASSERT(copy != nullptr);  // sized above
-    moved.emplace_back(m.data, copy);
-    m.data = copy;
+    const uint8_t* to = arena->add(m.data, n, /*release_source=*/true);
+    EMBER_ASSERT(to != nullptr);  // sized above
+    moved.emplace_back(m.data, to);
+    m.data = to;
   });
-  w->arena = std::move(arena);
+  if (cancelled) return false;
+  copy.arena = std::move(arena);
+  *w = std::move(copy);
   return true;
 }
 

@@ -4,6 +4,7 @@
 // into huge-page memory the Weights own (tensor/weight_arena.h), leaving the norms mapped.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -46,7 +47,12 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c);
 
 // Copies every matrix (a tied output once) into one WeightArena owned by w, points the Weights
 // at the copies and releases the mapped pages of the originals. The values are unchanged, so
-// results are bit-identical. False, and w untouched, when the arena cannot be mapped.
-bool copy_matrices_to_arena(Weights* w);
+// results are bit-identical. False, and w untouched, when the arena cannot be mapped or
+// `cancel` became true before the copy finished (checked between matrices).
+bool copy_matrices_to_arena(Weights* w, const std::atomic<bool>* cancel = nullptr);
+
+// Drops this process's pages of w's matrices (tensor::release_pages): after a switch to copies
+// made while forwards still read the mapping, so RSS does not keep both.
+void release_matrix_pages(Weights* w);
 
 }  // namespace ember::model

@@ -46,6 +46,7 @@ Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog
   model::LoadOptions lo;
   lo.n_threads = s.threads;
   lo.n_ctx = s.ctx_size;
+  lo.copy_weights_in_background = true;  // ready before the huge-page copy is done
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   LoadedModel m;
   m.info.arch_name = backend->config().arch_name;

@@ -242,8 +242,36 @@ def cpu_seconds(pid):
     return total
 
 
+def thread_names(pid):
+    """Names of the threads of the process and its live children."""
+    names = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/comm") as f:
+                    names.append(f.read().strip())
+                with open(f"/proc/{pid}/task/{t}/children") as f:
+                    for k in f.read().split():
+                        names += thread_names(int(k))
+            except FileNotFoundError:
+                pass
+    except FileNotFoundError:
+        pass
+    return names
+
+
+def wait_weight_copy_done(pid, timeout=120):
+    """Waits for the engine's background huge-page weight copy (thread "ember-wcopy") to end:
+    load work the server does once at start, not work of any request."""
+    deadline = time.monotonic() + timeout
+    while "ember-wcopy" in thread_names(pid):
+        assert time.monotonic() < deadline, "the weight copy did not finish"
+        time.sleep(0.02)
+
+
 def assert_idle(pid, budget=0.05):
     """The process used under `budget` of one core over the next second."""
+    wait_weight_copy_done(pid)
     before = cpu_seconds(pid)
     t0 = time.monotonic()
     time.sleep(1.0)  # a measurement window, not synchronization

@@ -116,6 +116,48 @@ TEST(ModelLoad, huge_page_weights_give_bit_identical_logits) {
   EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
 }
 
+// The server's way: the backend is usable before the huge-page copy is done (forwards read the
+// mapping), adopts the copies at a forward after it finishes, and every logit is the same
+// before and after, and as without the copy.
+TEST(ModelLoad, a_background_weight_copy_is_adopted_by_a_later_forward_with_identical_logits) {
+  fixture::FixtureSpec spec;
+  spec.arch = "llama";
+  spec.type = DType::Q4_K;
+  LoadOptions bg, off;
+  bg.copy_weights_in_background = true;
+  off.huge_page_weights = false;
+  auto a = load_fixture(spec, "copy_bg", bg);
+  auto b = load_fixture(spec, "copy_off", off);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->weight_copy_bytes(), 0) << "nothing is adopted before a forward";
+  const std::vector<int32_t> toks{1, 5, 9, 3};
+  auto s1 = a->new_sequence(16);
+  const auto first = run(*a, *s1, toks);  // the mapping or the copies, whichever is ready
+  a->settle_weights();
+  EXPECT_GT(a->weight_copy_bytes(), 0) << "the finished copy is in use";
+  auto s2 = a->new_sequence(16), sb = b->new_sequence(16);
+  const auto copied = run(*a, *s2, toks), mapped = run(*b, *sb, toks);
+  ASSERT_EQ(first.size(), mapped.size());
+  ASSERT_EQ(copied.size(), mapped.size());
+  EXPECT_EQ(std::memcmp(first.data(), mapped.data(), mapped.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(copied.data(), mapped.data(), mapped.size() * sizeof(float)), 0);
+  EXPECT_EQ(b->weight_copy_bytes(), 0);
+}
+
+// Destroying a backend whose copy is still running cancels and joins it (no hang, no leak: the
+// sanitizer builds run this too).
+TEST(ModelLoad, a_backend_destroyed_during_its_background_copy_stops_it) {
+  fixture::FixtureSpec spec;
+  spec.arch = "gemma3";
+  spec.type = DType::Q8_0;
+  LoadOptions bg;
+  bg.copy_weights_in_background = true;
+  for (int i = 0; i < 3; ++i) {
+    auto a = load_fixture(spec, "copy_cancel", bg);
+    ASSERT_TRUE(a);
+  }
+}
+
 TEST(ModelLoad, gemma3_config_follows_llama_cpp_rules) {
   fixture::FixtureSpec spec;
   spec.arch = "gemma3";
