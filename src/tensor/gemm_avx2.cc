@@ -25,11 +25,11 @@ namespace {
 struct IsaAvx2 {
   static constexpr int kMaxRows = 4, kMaxTokens = 2;
   static constexpr int kDecodeRowsLegacy = 4;  // 16 registers
-  // The signed (sign-trick) Q8_0 tile streams one row at a time in decode: on the 262144 x 640
-  // output projection (178 MB per token, from memory) one sequential stream measured 11-13 ms
-  // per call against 17-20 ms for 4 interleaved rows (and 17-19 ms for 2), one thread, Zen 3
-  // AVX2 VM (kernels_bench). The unsigned and min tiles keep 4 rows: fewer were slower there.
-  static constexpr int kDecodeRowsSigned = 1;
+  // Q8_0 streams one row at a time in decode: on the 262144 x 640 output projection (178 MB
+  // per token, from memory) one sequential stream measured 11-13 ms per call against 17-20 ms
+  // for 4 interleaved rows (and 17-19 ms for 2), one thread, Zen 3 AVX2 VM (kernels_bench). The
+  // unsigned and min tiles (Q4_0, Q5_0, Q4_1, Q5_1) keep 4 rows: fewer were slower there.
+  static constexpr int kDecodeRowsQ8_0 = 1;
   static constexpr bool kExactU8 = false;  // maddubs saturates int16 pair sums
   // 0x10 in each byte whose bit is set in the 32 bits at p.
   static __m256i bits_to_16(const uint8_t* p) {

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "tensor/quant_blocks.h"
 #include "tensor/quant_simd.h"
@@ -586,7 +587,8 @@ using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t,
 
 template <class Isa, class U>
 struct LegacyK {
-  static constexpr bool kLegacy = true, kSigned = true;
+  static constexpr bool kLegacy = true;
+  static constexpr bool kQ8_0 = true;  // only Q8_0 takes the signed tile
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -595,7 +597,8 @@ struct LegacyK {
 };
 template <class Isa, class U>
 struct LegacyUK {
-  static constexpr bool kLegacy = true, kSigned = false;
+  static constexpr bool kLegacy = true;
+  static constexpr bool kQ8_0 = std::is_same_v<typename U::Block, BlockQ8_0>;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -604,7 +607,7 @@ struct LegacyUK {
 };
 template <class Isa, class U>
 struct LegacyMinK {
-  static constexpr bool kLegacy = true, kSigned = false;
+  static constexpr bool kLegacy = true, kQ8_0 = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -613,7 +616,7 @@ struct LegacyMinK {
 };
 template <class Isa, class U>
 struct SuperK {
-  static constexpr bool kLegacy = false, kSigned = false;
+  static constexpr bool kLegacy = false, kQ8_0 = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -622,7 +625,7 @@ struct SuperK {
 };
 template <class Isa, class L>
 struct FloatK {
-  static constexpr bool kLegacy = false, kSigned = false;
+  static constexpr bool kLegacy = false, kQ8_0 = false;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
@@ -669,7 +672,7 @@ template <class Isa>
 void register_tiles(KernelOverrides* o, bool dots) {
   auto add = [&](DType t, auto k) {
     using K = decltype(k);
-    constexpr int kDecodeRows = K::kSigned   ? Isa::kDecodeRowsSigned
+    constexpr int kDecodeRows = K::kQ8_0     ? Isa::kDecodeRowsQ8_0
                                 : K::kLegacy ? Isa::kDecodeRowsLegacy
                                              : Isa::kMaxRows;
     const auto i = static_cast<size_t>(t);

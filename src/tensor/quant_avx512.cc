@@ -34,7 +34,11 @@ struct IsaAvx512Vnni {
   // 8 rows in flight for single-token legacy tiles: ~10% faster on the 262144 x 640 Q8_0 output
   // projection (memory-bound); K types keep 4 (their unpacked blocks would spill).
   static constexpr int kDecodeRowsLegacy = 8;
-  static constexpr int kDecodeRowsSigned = 8;  // unused: Q8_0 takes the unsigned tile here
+  // Q8_0 (the output projection of tied-embedding models) one row at a time, as on AVX2 where
+  // it measured a third faster than interleaved rows (gemm_avx2.cc). Not measured on an AVX-512
+  // host: issue 12's profile there had the 8-row tile at ~8.6 GB/s on the 262144 x 640 matrix
+  // where llama.cpp's one-row ggml_vec_dot_q8_0_q8_0 read ~16 GB/s on the same core.
+  static constexpr int kDecodeRowsQ8_0 = 1;
   static constexpr bool kExactU8 = true;
   // 0x10 in each byte whose bit is set in the 32 bits at p (one mask move, no shuffles).
   static __m256i bits_to_16(const uint8_t* p) {

@@ -30,7 +30,7 @@ using PackFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, ui
 using PackedTile = void (*)(int64_t n, const uint8_t* buf, int nr, const uint8_t* a,
                             size_t a_stride, int64_t nt, float* y, size_t y_stride);
 // With nt == 1 matmul hands a tile decode_rows rows (more than max_rows hides more memory
-// latency; fewer can stream better: see IsaAvx2::kDecodeRowsSigned).
+// latency; fewer can stream better: see IsaAvx2::kDecodeRowsQ8_0).
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
