@@ -90,10 +90,11 @@ def test_client_leaving_while_queued_frees_its_place(start_server, models):
 
 def test_client_leaving_during_prefill_stops_before_the_first_token(start_server, models):
     # Small chunks: the cancel lands at the next chunk boundary, so the bound below is about one
-    # chunk's time, which must stay short under a sanitizer too.
-    s = start_server(models["big"], "--ctx-size", "4096", "--prefill-chunk", "128")
+    # chunk's time, which must stay short under a sanitizer too (a 128-token chunk of this model
+    # takes 8-9 s under TSan on a 2-core VM: too close to the 10 s bound).
+    s = start_server(models["big"], "--ctx-size", "4096", "--prefill-chunk", "32")
     sock = connect(s.port)
-    send_request(sock, "POST", "/v1/completions",  # ~3,600 prompt tokens: 28 chunks
+    send_request(sock, "POST", "/v1/completions",  # ~3,600 prompt tokens: 113 chunks
                  {"model": "default", "prompt": "go " * 1800, "max_tokens": LONG})
     wait_for(lambda: s.metric("ember_active_sequences") == 1, interval=0.005,
              what="prefill under way")
