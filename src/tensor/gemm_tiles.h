@@ -588,7 +588,7 @@ using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t,
 template <class Isa, class U>
 struct LegacyK {
   static constexpr bool kLegacy = true;
-  static constexpr bool kQ8_0 = true;  // only Q8_0 takes the signed tile
+  static constexpr bool kQ8_0 = std::is_same_v<typename U::Block, BlockQ8_0>;
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                   size_t ys) {
