@@ -1,19 +1,24 @@
 // Matmul throughput per weight type, in weight bytes streamed per second (GB/s), at a decode
 // shape (n_tokens = 1: memory-bound) and a prefill shape (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
-// Run: build/kernels_bench [--benchmark_filter=Q4_K] [--benchmark_repetitions=5
+// Run: [EMBER_SIMD_LEVEL=avx2] build/kernels_bench [--benchmark_filter=Q4_K]
+// [--benchmark_repetitions=5
 //      --benchmark_report_aggregates_only=true]
 // Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
 // divide the weight bytes by the CPU column instead (CPU time of the calling thread, which with
 // a pool runs chunks or waits for the others the whole time).
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
+#include "tensor/weight_arena.h"
 
 namespace {
 
@@ -40,8 +45,14 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   std::vector<float> x(static_cast<size_t>(n_tokens * cols));
   for (auto& v : x) v = dist(rng);
   std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+  // In 2 MiB pages, as the engine holds its weights (tensor/weight_arena.h): with 4 KiB pages a
+  // matrix larger than the TLB's reach pays a nested page walk per 4 KiB under a hypervisor, and
+  // how many of those a kernel overlaps depends on its access pattern, not only its arithmetic.
+  auto arena = ember::tensor::WeightArena::create(q.size());
+  const uint8_t* wdata = arena ? arena->add(q.data(), q.size()) : nullptr;
+  if (wdata == nullptr) wdata = q.data();
   ember::tensor::ThreadPool pool(threads);
-  const ember::tensor::Matrix m{t, rows, cols, q.data()};
+  const ember::tensor::Matrix m{t, rows, cols, wdata};
   for (auto _ : state) {
     ember::tensor::matmul(m, x.data(), n_tokens, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
@@ -100,6 +111,14 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // EMBER_SIMD_LEVEL=avx2 (or scalar, avx512-vnni) runs that level's kernels: A/B on one host.
+  if (const char* level = std::getenv("EMBER_SIMD_LEVEL"); level != nullptr && *level != 0) {
+    if (!ember::tensor::set_simd_level(level)) {
+      std::fprintf(stderr, "EMBER_SIMD_LEVEL=%s: not a level this CPU has\n", level);
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "simd level %s\n", std::string(ember::tensor::simd_level()).c_str());
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

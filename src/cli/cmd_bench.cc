@@ -56,6 +56,7 @@ struct BenchOptions {
   bool no_bandwidth = false;
   bool bandwidth_only = false;
   bool mmap_weights = false;
+  std::string simd_level;  // empty: the best this CPU has
   std::string kv_lengths;  // non-empty: only report KV bytes per sequence (cli/bench_kv.h)
   int32_t kv_measure_up_to = 4096;
 };
@@ -253,6 +254,15 @@ Result<std::vector<int>> parse_list(const std::string& s, const char* flag, int 
 
 int run(const BenchOptions& o) {
   json out;
+  if (!o.simd_level.empty() && !tensor::set_simd_level(o.simd_level)) {
+    std::string have;
+    for (auto l : tensor::supported_simd_levels())
+      have += (have.empty() ? "" : ", ") + std::string(l);
+    std::fprintf(stderr,
+                 "ember bench: --simd-level '%s' is not a level this CPU has (it has: %s)\n",
+                 o.simd_level.c_str(), have.c_str());
+    return 2;
+  }
   out["simd_level"] = std::string(tensor::simd_level());
   const int threads = o.threads > 0
                           ? o.threads
@@ -414,6 +424,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--json", o.json, "one line of JSON");
   app.add_flag("--mmap-weights", o.mmap_weights,
                "stream weights from the file mapping instead of huge-page copies (A/B)");
+  app.add_option("--simd-level", o.simd_level,
+                 "kernel level to run (scalar, avx2, avx512-vnni; default: the best this CPU has)");
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
   app.add_option("--kv-lengths", o.kv_lengths,

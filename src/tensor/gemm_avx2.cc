@@ -24,12 +24,30 @@ namespace {
 
 struct IsaAvx2 {
   static constexpr int kMaxRows = 4, kMaxTokens = 2;
-  static constexpr int kDecodeRowsLegacy = 4;  // 16 registers
-  // Q8_0 streams one row at a time in decode: on the 262144 x 640 output projection (178 MB
-  // per token, from memory) one sequential stream measured 11-13 ms per call against 17-20 ms
-  // for 4 interleaved rows (and 17-19 ms for 2), one thread, Zen 3 AVX2 VM (kernels_bench). The
-  // unsigned and min tiles (Q4_0, Q5_0, Q4_1, Q5_1) keep 4 rows: fewer were slower there.
-  static constexpr int kDecodeRowsQ8_0 = 1;
+  // Rows per single-token (decode) tile. A multi-row tile reads its rows as interleaved
+  // streams, which the hardware prefetcher follows far worse than one sequential stream: on
+  // matrices larger than the last-level cache, in 2 MiB pages as the engine holds them
+  // (kernels_bench, AMD EPYC Zen 4 VM, this level forced with EMBER_SIMD_LEVEL=avx2, medians of
+  // two rounds, GB/s at 1 / 2 threads): Q8_0 262144x640 1 row 18.3 / 25.1, 2 rows 6.0 / 12.2;
+  // Q6_K 65536x1024 1 row 15.9 / 20.9, 4 rows 2.8 / 5.7; Q4_K 65536x1024 1 row 13.7 / 19.7,
+  // 4 rows 9.1 / 14.8. Types whose one-row tile is compute-bound (the per-token work is not
+  // shared) keep 2: Q4_1 131072x576 1 / 2 / 4 rows 7.3 / 9.3 / 7.9 at 1 thread, Q5_0 alike.
+  // On a Zen 3 AVX2 VM (4 KiB pages then) Q8_0 one row was 11-13 ms against 17-20 ms for 4.
+  static constexpr int decode_rows(DType t) {
+    switch (t) {
+      case DType::F32:
+      case DType::F16:
+      case DType::BF16:
+        return kMaxRows;  // not measured: float weight matrices are rare in GGUF models
+      case DType::Q4_0:
+      case DType::Q5_0:
+      case DType::Q4_1:
+      case DType::Q5_1:
+        return 2;
+      default:
+        return 1;  // Q8_0 and the K types
+    }
+  }
   static constexpr bool kExactU8 = false;  // maddubs saturates int16 pair sums
   // 0x10 in each byte whose bit is set in the 32 bits at p.
   static __m256i bits_to_16(const uint8_t* p) {

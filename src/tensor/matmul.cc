@@ -76,6 +76,15 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
     });
     return;
   }
+  if (n_tokens == 1 && g.decode_rows == 1 && g.rows != nullptr) {
+    // One sequential stream per thread: whole runs of rows, one call per chunk.
+    const int64_t min_rows = std::max<int64_t>(
+        1, kMinChunkBytes / std::max<int64_t>(1, static_cast<int64_t>(w_row_bytes)));
+    pool.parallel_for(rows, min_rows, [&](int64_t r0, int64_t r1) {
+      g.rows(cols, wb + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, r1 - r0, a, y + r0);
+    });
+    return;
+  }
   // Tiles of g.max_rows weight rows x g.max_tokens tokens; a thread takes whole row tiles and
   // runs every token tile over them, so its weight rows stay in L1 while the activations (a
   // few KB per token) come from L2.

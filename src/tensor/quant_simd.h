@@ -29,13 +29,18 @@ using GemmTile = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, 
 using PackFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int nr, uint8_t* buf);
 using PackedTile = void (*)(int64_t n, const uint8_t* buf, int nr, const uint8_t* a,
                             size_t a_stride, int64_t nt, float* y, size_t y_stride);
-// With nt == 1 matmul hands a tile decode_rows rows (more than max_rows hides more memory
-// latency; fewer can stream better: see IsaAvx2::kDecodeRowsQ8_0).
+// With nt == 1 matmul hands a tile decode_rows <= max_rows rows: one row streams best where the
+// one-row tile keeps up with memory (see IsaAvx2::decode_rows).
+// rows(n, w, w_stride, nrows, a, y): y[r] = vec_dot(n, w + r * w_stride, a) for r < nrows, by
+// the 1 x 1 tile row after row (decode where decode_rows == 1).
+using RowsFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t nrows,
+                        const uint8_t* a, float* y);
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
   int max_tokens = 0;
   int decode_rows = 0;
+  RowsFn rows = nullptr;
   PackFn pack = nullptr;  // with packed and pack_bytes, or all three null
   PackedTile packed = nullptr;
   size_t (*pack_bytes)(int64_t n) = nullptr;

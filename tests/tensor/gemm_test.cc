@@ -2,11 +2,13 @@
 // for tile edges (row and token counts that are not multiples of the tile) and misaligned data.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
+#include "tensor/quant_simd.h"
 #include "tensor_test_util.h"
 
 namespace ember::tensor {
@@ -74,11 +76,31 @@ TEST(Gemm, matmul_equals_per_row_reference_dots_at_every_level_type_and_tile_edg
 }
 
 // The types with a packed prefill path at some level (AVX2: Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K,
-// Q6_K; AVX-512 VNNI: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K).
+// Q6_K; AVX-512 VNNI: those and Q8_0).
 const std::vector<DType>& packed_types() {
   static const std::vector<DType> v = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1,
                                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   return v;
+}
+
+// A level stacks on the one below it, and its tiles replace the lower level's: a type that had a
+// packed prefill path below must keep one (AVX-512 hosts once lost AVX2's Q4_1, Q5_1 and Q5_K
+// packed paths this way, so SmolLM2's prefill ran on the plain tiles there).
+TEST(Gemm, a_higher_simd_level_keeps_every_packed_prefill_path_of_the_level_below) {
+  RestoreBestLevel restore;
+  std::vector<DType> below;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    std::vector<DType> here;
+    for (DType t : testing::weight_types()) {
+      if (active_gemm_kernel(t).packed != nullptr) here.push_back(t);
+    }
+    for (DType t : below) {
+      EXPECT_NE(std::find(here.begin(), here.end(), t), here.end())
+          << level << " has no packed path for " << dtype_name(t) << " (the level below has one)";
+    }
+    below = here;
+  }
 }
 
 // Prefill-sized calls take the packed path where a level has one (rows packed once in blocks,
