@@ -438,11 +438,14 @@ void CpuBackend::attention(int32_t il) {
   const float scale =
       cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
+  // Tasks run last token first: a token's work grows with its position, and the pool hands
+  // out chunks in order, so in token order the heaviest chunk came last and one thread ran it
+  // while the other idled (heaviest first, the light chunks fill the gaps at the end).
   pool_.parallel_for(n_tok_ * cfg_.n_head_kv, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<tensor::KvSegment> segs;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / cfg_.n_head_kv;
+      const int64_t t = n_tok_ - 1 - task / cfg_.n_head_kv;
       const int32_t kvh = static_cast<int32_t>(task % cfg_.n_head_kv);
       const CpuSequence* seq = seqs_[tok_item_[t]];
       const int32_t pos = tok_pos_[t];
