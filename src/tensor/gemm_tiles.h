@@ -139,10 +139,13 @@ void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t
 // Each unpacker yields the block's 32 levels as signed bytes and its scale.
 
 // 16 bytes of nibbles -> 32 bytes: low nibbles first (elements 0..15), then high (16..31).
+// (The 16 bytes broadcast to both halves, the high half shifted by 4: three instructions, one
+// fewer than shifting a copy and inserting it; the decode tiles are instruction-bound.)
 inline __m256i tile_nibbles(const uint8_t* p) {
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
 }
 
 // 32 bits -> 32 bytes: 0xFF where the bit is set.
@@ -302,12 +305,24 @@ void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, s
     prefetch_ahead<NR>(w, ws, i * sizeof(B));
     __m256i ux[NR];
     __m256 dx[NR], mx[NR];
+    static_assert(NR <= 4, "four (d, m) pairs per conversion");
+    // The NR rows' (d, m) fp16 pairs converted in one instruction, then broadcast by permutes
+    // (the same floats as NR x 2 scalar conversions, in fewer instructions).
+    __m128i dm16 = _mm_setzero_si128();
     EMBER_UNROLL
     for (int r = 0; r < NR; ++r) {
       const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
       ux[r] = U::template levels<Isa>(b);
-      dx[r] = _mm256_set1_ps(h2f(b.d));
-      mx[r] = _mm256_set1_ps(h2f(b.m));
+      uint32_t dm;
+      static_assert(offsetof(B, m) == offsetof(B, d) + sizeof(uint16_t));
+      __builtin_memcpy(&dm, &b.d, sizeof dm);
+      dm16 = _mm_insert_epi32(dm16, static_cast<int>(dm), r);
+    }
+    const __m256 dmf = _mm256_cvtph_ps(dm16);  // d0 m0 d1 m1 ...
+    EMBER_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      dx[r] = _mm256_permutevar8x32_ps(dmf, _mm256_set1_epi32(2 * r));
+      mx[r] = _mm256_permutevar8x32_ps(dmf, _mm256_set1_epi32(2 * r + 1));
     }
     EMBER_UNROLL
     for (int t = 0; t < NT; ++t) {
