@@ -549,10 +549,14 @@ template <class Isa, class U, class L>
 void legacy_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   using B = typename U::Block;
   constexpr bool kMin = L::kMOff != L::kBlockBytes;
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    uint8_t* base = buf + i * L::kBlockBytes;
-    for (int r = 0; r < nr; ++r) {
-      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
+  // Rows outer, blocks inner: each weight row is read as one sequential stream (the rows
+  // interleaved block by block are nr streams, which the prefetcher follows far worse; see
+  // IsaAvx2::decode_rows); the scattered writes land in the L1-resident scratch.
+  for (int r = 0; r < nr; ++r) {
+    const B* row = reinterpret_cast<const B*>(w + r * ws);
+    for (int64_t i = 0; i < n / kQK; ++i) {
+      uint8_t* base = buf + i * L::kBlockBytes;
+      const B& b = row[i];
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + r * 32), U::template levels<Isa>(b));
       const float d = h2f(b.d);
       __builtin_memcpy(base + L::kDOff + r * sizeof(float), &d, sizeof d);
@@ -579,11 +583,12 @@ struct KPack {
 template <class U, class L>
 void k_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   using B = typename U::Block;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    for (int r = 0; r < nr; ++r) {
+  for (int r = 0; r < nr; ++r) {  // rows outer: one sequential stream, as in legacy_pack
+    const B* row = reinterpret_cast<const B*>(w + r * ws);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
       uint8_t* p = buf + i * L::kBlockBytes + r * L::kRowBytes;
       KUnpacked u;
-      U::unpack(reinterpret_cast<const B*>(w + r * ws)[i], &u);
+      U::unpack(row[i], &u);
       EMBER_UNROLL
       for (int k = 0; k < 8; ++k) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 32 * k), u.q[k]);
