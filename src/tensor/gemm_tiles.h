@@ -308,17 +308,17 @@ void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, s
     static_assert(NR <= 4, "four (d, m) pairs per conversion");
     // The NR rows' (d, m) fp16 pairs converted in one instruction, then broadcast by permutes
     // (the same floats as NR x 2 scalar conversions, in fewer instructions).
-    __m128i dm16 = _mm_setzero_si128();
+    int dm[4] = {0, 0, 0, 0};  // (set from lanes, not inserted by a loop index: at -O1 the
+                               // index is no constant)
     EMBER_UNROLL
     for (int r = 0; r < NR; ++r) {
       const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
       ux[r] = U::template levels<Isa>(b);
-      uint32_t dm;
       static_assert(offsetof(B, m) == offsetof(B, d) + sizeof(uint16_t));
-      __builtin_memcpy(&dm, &b.d, sizeof dm);
-      dm16 = _mm_insert_epi32(dm16, static_cast<int>(dm), r);
+      __builtin_memcpy(&dm[r], &b.d, sizeof dm[r]);
     }
-    const __m256 dmf = _mm256_cvtph_ps(dm16);  // d0 m0 d1 m1 ...
+    const __m256 dmf =
+        _mm256_cvtph_ps(_mm_setr_epi32(dm[0], dm[1], dm[2], dm[3]));  // d0 m0 d1 m1 ..
     EMBER_UNROLL
     for (int r = 0; r < NR; ++r) {
       dx[r] = _mm256_permutevar8x32_ps(dmf, _mm256_set1_epi32(2 * r));
