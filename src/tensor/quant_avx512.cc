@@ -35,10 +35,10 @@ struct IsaAvx512Vnni {
   // Rows per single-token (decode) tile; see IsaAvx2::decode_rows for why one sequential
   // stream beats interleaved rows. Measured here (kernels_bench, AMD EPYC Zen 4 VM, 2 MiB pages,
   // medians of three rounds, GB/s at 1 / 2 threads): Q8_0 262144x640 1 row 18.4 / 28.1, 2 rows
-  // 7.2 / 12.3 (the 8 rows used before: ~6.5 at 1 thread); Q6_K 65536x1024 1 row 18.2 / 29.0,
-  // 4 rows 4.4 / 7.9; Q4_K 65536x1024 1 row 14.3 / 24.8, 4 rows 10.9 / 19.2; Q5_0 131072x640
-  // 1 / 2 / 4 rows 8.8 / 11.4 / 10.1 at 1 thread (8 rows: 8.5); Q4_1 131072x576 1 / 2 / 4 rows
-  // 8.0 / 9.5 / 10.5 at 1 thread, 13.3 / 15.9 / 17.2 at 2 (8 rows: 5.8-7.2).
+  // 7.2 / 12.3, 4 rows 6.0 / 10.5; Q6_K 65536x1024 1 row 18.2 / 29.0, 4 rows 4.4 / 7.9; Q4_K
+  // 65536x1024 1 row 14.3 / 24.8, 4 rows 10.9 / 19.2; Q5_0 131072x640 1 / 2 / 4 rows 8.8 / 11.4
+  // / 10.1 at 1 thread (8 rows: 8.5); Q4_1 131072x576 1 / 2 / 4 rows 8.0 / 9.5 / 10.5 at 1
+  // thread, 13.3 / 15.9 / 17.2 at 2 (8 rows: 5.8-7.2).
   static constexpr int decode_rows(DType t) {
     switch (t) {
       case DType::F32:
