@@ -2,8 +2,7 @@
 // shape (n_tokens = 1: memory-bound) and a prefill shape (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
 // Run: [EMBER_SIMD_LEVEL=avx2] build/kernels_bench [--benchmark_filter=Q4_K]
-// [--benchmark_repetitions=5
-//      --benchmark_report_aggregates_only=true]
+//      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
 // Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
 // divide the weight bytes by the CPU column instead (CPU time of the calling thread, which with
 // a pool runs chunks or waits for the others the whole time).
@@ -50,7 +49,10 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   // how many of those a kernel overlaps depends on its access pattern, not only its arithmetic.
   auto arena = ember::tensor::WeightArena::create(q.size());
   const uint8_t* wdata = arena ? arena->add(q.data(), q.size()) : nullptr;
-  if (wdata == nullptr) wdata = q.data();
+  if (wdata == nullptr) {
+    state.SetLabel("4 KiB pages: no huge-page arena");  // figures not comparable to the engine's
+    wdata = q.data();
+  }
   ember::tensor::ThreadPool pool(threads);
   const ember::tensor::Matrix m{t, rows, cols, wdata};
   for (auto _ : state) {

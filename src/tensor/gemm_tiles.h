@@ -298,6 +298,8 @@ template <class Isa, class U, int NR, int NT>
 void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
                      size_t ys) {
   using B = typename U::Block;
+  static_assert(NR <= 4, "four (d, m) pairs per conversion");
+  static_assert(offsetof(B, m) == offsetof(B, d) + sizeof(uint16_t), "d, m adjacent");
   __m256 acc[NR][NT];
   zero_tile(acc);
   const __m256i zero = _mm256_setzero_si256();
@@ -305,16 +307,14 @@ void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, s
     prefetch_ahead<NR>(w, ws, i * sizeof(B));
     __m256i ux[NR];
     __m256 dx[NR], mx[NR];
-    static_assert(NR <= 4, "four (d, m) pairs per conversion");
     // The NR rows' (d, m) fp16 pairs converted in one instruction, then broadcast by permutes
-    // (the same floats as NR x 2 scalar conversions, in fewer instructions).
-    int dm[4] = {0, 0, 0, 0};  // (set from lanes, not inserted by a loop index: at -O1 the
-                               // index is no constant)
+    // (the same floats as NR x 2 scalar conversions, in fewer instructions). The vector is set
+    // from lanes, not built by inserts at the loop index: at -O1 that index is no constant.
+    int dm[4] = {0, 0, 0, 0};
     EMBER_UNROLL
     for (int r = 0; r < NR; ++r) {
       const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
       ux[r] = U::template levels<Isa>(b);
-      static_assert(offsetof(B, m) == offsetof(B, d) + sizeof(uint16_t));
       __builtin_memcpy(&dm[r], &b.d, sizeof dm[r]);
     }
     const __m256 dmf =
