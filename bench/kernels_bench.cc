@@ -1,5 +1,6 @@
 // Matmul throughput per weight type, in weight bytes streamed per second (GB/s), at a decode
-// shape (n_tokens = 1: memory-bound) and a prefill shape (n_tokens = 64: compute-bound), on
+// shape (n_tokens = 1: memory-bound), a batched-decode shape (8: weights from memory, each row
+// used 8 times) and a prefill shape (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
 // Run: [EMBER_SIMD_LEVEL=avx2] build/kernels_bench [--benchmark_filter=Q4_K]
 //      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
@@ -93,8 +94,9 @@ void register_all() {
   cases.push_back({DType::Q4_K, 65536, 1024, false});
   cases.push_back({DType::Q6_K, 65536, 1024, false});
   for (const Case& c : cases) {
-    for (int64_t n_tokens : {1, 64}) {
-      if (n_tokens != 1 && !c.prefill) continue;
+    // 8 tokens: batched decode at 8 streams (weights from memory, each row reused 8 times).
+    for (int64_t n_tokens : {1, 8, 64}) {
+      if (n_tokens == 64 && !c.prefill) continue;
       if (c.cols % ember::tensor::block_elems(c.type) != 0) continue;  // K types need 256 | cols
       const std::string name = std::string("matmul/") +
                                std::string(ember::tensor::dtype_name(c.type)) + "/" +

@@ -372,9 +372,8 @@ void CpuBackend::layer(int32_t il) {
   };
 
   per_token([&](int64_t t) { ops::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps); });
-  tensor::matmul(l.wq, xn_.data(), T, q_.data(), pool_);
-  tensor::matmul(l.wk, xn_.data(), T, k_.data(), pool_);
-  tensor::matmul(l.wv, xn_.data(), T, v_.data(), pool_);
+  const tensor::MatmulOut qkv[] = {{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}};
+  tensor::matmul(qkv, xn_.data(), T, pool_);
 
   const bool local = cfg_.is_sliding(il);
   const float* cs = local ? cos_l_.data() : cos_g_.data();
@@ -405,8 +404,8 @@ void CpuBackend::layer(int32_t il) {
     ops::rms_norm(x, l.ffn_norm, &xn_[t * E], E, eps);
   });
 
-  tensor::matmul(l.w_gate, xn_.data(), T, gate_.data(), pool_);
-  tensor::matmul(l.w_up, xn_.data(), T, up_.data(), pool_);
+  const tensor::MatmulOut gate_up[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
+  tensor::matmul(gate_up, xn_.data(), T, pool_);
   const int64_t F = cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
     per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });

@@ -4,9 +4,16 @@
 // with the accumulators in registers; otherwise each weight row is dotted against every token.
 // Either way a row is read from memory once per call whatever n_tokens is (decode is bound by
 // streaming weights; prefill and batched decode reuse each row from cache).
+//
+// Several products of the same activations (a layer's q, k and v; its gate and up) run as one
+// job: the activations are quantized once per vec_dot_type, and the work units of every matrix
+// go to the pool in one hand-off. A decode step issues a few hundred matmuls, and each hand-off
+// costs a wake-up and a wait for the slowest thread; small matrices (SmolLM2's k and v, 69 KB
+// each) would otherwise run on the caller alone while the other threads wait.
 #include "tensor/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "base/result.h"
@@ -14,99 +21,187 @@
 #include "tensor/quant_simd.h"
 
 namespace ember::tensor {
+namespace {
 
-void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+// A chunk streams at least kMinChunkBytes of weights (times tokens): handing a thread less costs
+// more in wake-up and cache traffic than it saves (a 640x256 Q8_0 decode matmul is ~174 KB, a
+// few microseconds).
+constexpr int64_t kMinChunkBytes = 64 << 10;
+
+enum class Mode { kDot, kPacked, kRows, kTiles };
+
+// One product, split into `units` (rows, row tiles or packed row blocks) of which a task takes
+// at least `min_units`.
+struct Product {
+  const Matrix* w = nullptr;
+  float* y = nullptr;
+  const uint8_t* a = nullptr;  // quantized activations, a_row_bytes per token
+  size_t a_row_bytes = 0, w_row_bytes = 0;
+  int64_t n_tokens = 0;
+  Mode mode = Mode::kDot;
+  DotKernel dot = nullptr;
+  simd::GemmKernel g;
+  int64_t unit_rows = 1;  // rows per unit
+  int64_t units = 0, min_units = 1;
+};
+
+Product plan(const Matrix& w, float* y, const uint8_t* a, int64_t n_tokens) {
   EMBER_ASSERT(w.data != nullptr && w.rows > 0 && w.cols > 0 && n_tokens >= 1);
   EMBER_ASSERT(w.cols % block_elems(w.type) == 0);
-  const DType at = vec_dot_type(w.type);
-  const size_t w_row_bytes = row_bytes(w.type, w.cols);
-  const size_t a_row_bytes = row_bytes(at, w.cols);
-  const DotKernel dot = active_dot_kernel(w.type);
-
-  // Reused across calls on this thread (the engine thread issues every matmul of a step).
-  thread_local std::vector<uint8_t> act;
-  if (act.size() < a_row_bytes * static_cast<size_t>(n_tokens)) {
-    act.resize(a_row_bytes * static_cast<size_t>(n_tokens));
-  }
-  uint8_t* a = act.data();
-  const int64_t cols = w.cols;
-  if (n_tokens >= 4) {
-    pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) quantize_row(at, x + t * cols, a + t * a_row_bytes, cols);
-    });
-  } else {
-    for (int64_t t = 0; t < n_tokens; ++t)
-      quantize_row(at, x + t * cols, a + t * a_row_bytes, cols);
-  }
-
-  const auto* wb = static_cast<const uint8_t*>(w.data);
-  const int64_t rows = w.rows;
-  const simd::GemmKernel g = active_gemm_kernel(w.type);
+  Product p;
+  p.w = &w;
+  p.y = y;
+  p.a = a;
+  p.n_tokens = n_tokens;
+  p.w_row_bytes = row_bytes(w.type, w.cols);
+  p.a_row_bytes = row_bytes(vec_dot_type(w.type), w.cols);
+  p.g = active_gemm_kernel(w.type);
+  const simd::GemmKernel& g = p.g;
+  const auto min_units_for = [&](int64_t unit_bytes) {
+    return std::max<int64_t>(1, kMinChunkBytes / std::max<int64_t>(1, unit_bytes));
+  };
   if (g.tile == nullptr) {
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* wr = wb + static_cast<size_t>(r) * w_row_bytes;
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          y[t * rows + r] = dot(cols, wr, a + t * a_row_bytes);
-        }
-      }
-    });
-    return;
-  }
-  constexpr int64_t kMinChunkBytes = 64 << 10;
-  if (g.packed != nullptr && n_tokens >= g.pack_min_tokens) {
-    // Blocks of g.pack_rows rows, unpacked once into this thread's scratch, then dotted against
+    p.mode = Mode::kDot;
+    p.dot = active_dot_kernel(w.type);
+    p.unit_rows = 1;
+  } else if (g.packed != nullptr && n_tokens >= g.pack_min_tokens) {
+    // Blocks of g.pack_rows rows, unpacked once into the thread's scratch, then dotted against
     // every token (activations from L2, the packed rows from L1).
-    const int64_t pr = g.pack_rows;
-    const int64_t blocks = (rows + pr - 1) / pr;
-    const size_t pb = g.pack_bytes(cols);
-    const int64_t block_work = pr * static_cast<int64_t>(w_row_bytes) * n_tokens;
-    const int64_t min_blocks =
-        std::max<int64_t>(1, kMinChunkBytes / std::max<int64_t>(1, block_work));
-    pool.parallel_for(blocks, min_blocks, [&](int64_t i0, int64_t i1) {
+    p.mode = Mode::kPacked;
+    p.unit_rows = g.pack_rows;
+    p.min_units = min_units_for(p.unit_rows * static_cast<int64_t>(p.w_row_bytes) * n_tokens);
+  } else if (n_tokens == 1 && g.decode_rows == 1 && g.rows != nullptr) {
+    // One sequential stream per thread: whole runs of rows, one call per chunk.
+    p.mode = Mode::kRows;
+    p.unit_rows = 1;
+    p.min_units = min_units_for(static_cast<int64_t>(p.w_row_bytes));
+  } else {
+    // Tiles of g.max_rows weight rows x g.max_tokens tokens; a task takes whole row tiles and
+    // runs every token tile over them, so its weight rows stay in L1 while the activations (a
+    // few KB per token) come from L2.
+    p.mode = Mode::kTiles;
+    p.unit_rows = n_tokens == 1 ? g.decode_rows : g.max_rows;
+    p.min_units = min_units_for(p.unit_rows * static_cast<int64_t>(p.w_row_bytes) * n_tokens);
+  }
+  p.units = (w.rows + p.unit_rows - 1) / p.unit_rows;
+  return p;
+}
+
+// Units [u0, u1) of p.
+void run(const Product& p, int64_t u0, int64_t u1) {
+  const auto* wb = static_cast<const uint8_t*>(p.w->data);
+  const int64_t rows = p.w->rows, cols = p.w->cols;
+  const size_t wrb = p.w_row_bytes, arb = p.a_row_bytes;
+  const simd::GemmKernel& g = p.g;
+  switch (p.mode) {
+    case Mode::kDot:
+      for (int64_t r = u0; r < u1; ++r) {
+        const uint8_t* wr = wb + static_cast<size_t>(r) * wrb;
+        for (int64_t t = 0; t < p.n_tokens; ++t) p.y[t * rows + r] = p.dot(cols, wr, p.a + t * arb);
+      }
+      return;
+    case Mode::kPacked: {
+      const size_t pb = g.pack_bytes(cols);
       thread_local std::vector<uint8_t> packed;
       if (packed.size() < pb) packed.resize(pb);
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t r = i * pr;
-        const int nr = static_cast<int>(std::min(pr, rows - r));
-        g.pack(cols, wb + static_cast<size_t>(r) * w_row_bytes, w_row_bytes, nr, packed.data());
-        g.packed(cols, packed.data(), nr, a, a_row_bytes, n_tokens, y + r,
-                 static_cast<size_t>(rows));
+      for (int64_t i = u0; i < u1; ++i) {
+        const int64_t r = i * p.unit_rows;
+        const int nr = static_cast<int>(std::min(p.unit_rows, rows - r));
+        g.pack(cols, wb + static_cast<size_t>(r) * wrb, wrb, nr, packed.data());
+        g.packed(cols, packed.data(), nr, p.a, arb, p.n_tokens, p.y + r, static_cast<size_t>(rows));
       }
-    });
-    return;
+      return;
+    }
+    case Mode::kRows:
+      g.rows(cols, wb + static_cast<size_t>(u0) * wrb, wrb, u1 - u0, p.a, p.y + u0);
+      return;
+    case Mode::kTiles: {
+      const int64_t mr = p.unit_rows, mt = g.max_tokens;
+      for (int64_t i = u0; i < u1; ++i) {
+        const int64_t r = i * mr;
+        const int nr = static_cast<int>(std::min(mr, rows - r));
+        const uint8_t* wr = wb + static_cast<size_t>(r) * wrb;
+        for (int64_t t = 0; t < p.n_tokens; t += mt) {
+          const int nt = static_cast<int>(std::min(mt, p.n_tokens - t));
+          g.tile(cols, wr, wrb, nr, p.a + t * arb, arb, nt, p.y + t * rows + r,
+                 static_cast<size_t>(rows));
+        }
+      }
+      return;
+    }
   }
-  if (n_tokens == 1 && g.decode_rows == 1 && g.rows != nullptr) {
-    // One sequential stream per thread: whole runs of rows, one call per chunk.
-    const int64_t min_rows = std::max<int64_t>(
-        1, kMinChunkBytes / std::max<int64_t>(1, static_cast<int64_t>(w_row_bytes)));
-    pool.parallel_for(rows, min_rows, [&](int64_t r0, int64_t r1) {
-      g.rows(cols, wb + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, r1 - r0, a, y + r0);
-    });
-    return;
-  }
-  // Tiles of g.max_rows weight rows x g.max_tokens tokens; a thread takes whole row tiles and
-  // runs every token tile over them, so its weight rows stay in L1 while the activations (a
-  // few KB per token) come from L2.
-  const int64_t mr = n_tokens == 1 ? g.decode_rows : g.max_rows, mt = g.max_tokens;
-  const int64_t row_tiles = (rows + mr - 1) / mr;
-  // A chunk streams at least kMinChunkBytes of weights (times tokens): handing a thread less
-  // costs more in wake-up and cache traffic than it saves (a 640x256 Q8_0 decode matmul is
-  // ~174 KB, a few microseconds).
-  const int64_t tile_work = mr * static_cast<int64_t>(w_row_bytes) * n_tokens;
-  const int64_t min_tiles = std::max<int64_t>(1, kMinChunkBytes / std::max<int64_t>(1, tile_work));
-  pool.parallel_for(row_tiles, min_tiles, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t r = i * mr;
-      const int nr = static_cast<int>(std::min(mr, rows - r));
-      const uint8_t* wr = wb + static_cast<size_t>(r) * w_row_bytes;
-      for (int64_t t = 0; t < n_tokens; t += mt) {
-        const int nt = static_cast<int>(std::min(mt, n_tokens - t));
-        g.tile(cols, wr, w_row_bytes, nr, a + t * a_row_bytes, a_row_bytes, nt, y + t * rows + r,
-               static_cast<size_t>(rows));
+}
+
+struct Task {
+  int32_t product;
+  int64_t u0, u1;
+};
+
+}  // namespace
+
+void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  EMBER_ASSERT(!outs.empty() && outs.size() <= kMaxMatmulOuts && n_tokens >= 1);
+  const int64_t cols = outs[0].w->cols;
+
+  // One quantized copy of x per distinct vec_dot_type, reused across calls on this thread (the
+  // engine thread issues every matmul of a step).
+  struct Act {
+    DType type;
+    std::vector<uint8_t> bytes;
+  };
+  thread_local std::array<Act, kMaxMatmulOuts> acts;
+  std::array<const uint8_t*, kMaxMatmulOuts> act_of{};
+  size_t n_acts = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EMBER_ASSERT(outs[i].w->cols == cols);
+    const DType at = vec_dot_type(outs[i].w->type);
+    size_t k = 0;
+    while (k < n_acts && acts[k].type != at) ++k;
+    if (k == n_acts) {
+      Act& act = acts[n_acts++];
+      act.type = at;
+      const size_t arb = row_bytes(at, cols);
+      if (act.bytes.size() < arb * static_cast<size_t>(n_tokens)) {
+        act.bytes.resize(arb * static_cast<size_t>(n_tokens));
+      }
+      uint8_t* a = act.bytes.data();
+      if (n_tokens >= 4) {
+        pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) quantize_row(at, x + t * cols, a + t * arb, cols);
+        });
+      } else {
+        for (int64_t t = 0; t < n_tokens; ++t) quantize_row(at, x + t * cols, a + t * arb, cols);
       }
     }
+    act_of[i] = acts[k].bytes.data();
+  }
+
+  // Every product's units in tasks of max(min_units, units / (4 x threads)) (a few tasks per
+  // thread lets fast threads take up the slack of slow ones), all handed to the pool at once.
+  std::array<Product, kMaxMatmulOuts> products;
+  thread_local std::vector<Task> tasks;
+  tasks.clear();
+  const int64_t per_thread = 4 * static_cast<int64_t>(pool.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
+    const Product& p = products[i];
+    const int64_t chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
+    for (int64_t u = 0; u < p.units; u += chunk) {
+      tasks.push_back({static_cast<int32_t>(i), u, std::min(p.units, u + chunk)});
+    }
+  }
+  const std::vector<Task>& job = tasks;  // this thread's list: workers have their own
+  pool.parallel_for(static_cast<int64_t>(job.size()), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const Task& k = job[static_cast<size_t>(t)];
+      run(products[static_cast<size_t>(k.product)], k.u0, k.u1);
+    }
   });
+}
+
+void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const MatmulOut out{&w, y};
+  matmul(std::span<const MatmulOut>(&out, 1), x, n_tokens, pool);
 }
 
 void get_row(const Matrix& w, int64_t row, float* out) {

@@ -137,6 +137,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
     return;
   }
   Impl& p = *impl_;
+  ++jobs_;
   // A few chunks per thread lets fast threads take up the slack of slow ones; the chunk count
   // must fit the claim word's 16 bits.
   int64_t chunk = std::max(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));

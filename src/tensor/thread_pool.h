@@ -18,6 +18,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // parallel_for calls handed to the workers so far (those run inline on the caller not
+  // counted): what a caller that batches its work into fewer hand-offs can be tested by.
+  int64_t jobs() const { return jobs_; }
   // Calls fn(begin, end) over disjoint ranges covering [0, n).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
   // As above, with every range (but the last) at least min_chunk long: a job too small to be
@@ -29,6 +32,7 @@ class ThreadPool {
   struct Impl;
   Impl* impl_ = nullptr;
   int n_threads_ = 1;
+  int64_t jobs_ = 0;  // written by the (single) caller only
 };
 
 }  // namespace ember::tensor

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <vector>
 
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
@@ -202,6 +204,65 @@ TEST(Gemm, matmul_reads_vector_misaligned_weights_correctly_at_every_level) {
     for (DType t : testing::weight_types()) {
       for (size_t k : {1, 3, 7}) {
         expect_matmul_equals_reference_dots(t, 5, 6, k * testing::natural_alignment(t), pool);
+      }
+    }
+  }
+}
+
+// The fused form (a layer's q, k, v; its gate and up): each output is bit for bit what its own
+// matmul gives, with matrices of different types (so different activation types: Q8_0, Q8_K,
+// F16) and sizes in one job, at every level, token count and pool size, and the pool gets one
+// hand-off for all of them (plus one per activation type for the parallel quantization of
+// 4 tokens or more).
+TEST(Gemm, a_fused_matmul_gives_each_matrix_its_own_result_bit_for_bit_in_one_hand_off) {
+  RestoreBestLevel restore;
+  const int64_t cols = 512;
+  struct Spec {
+    DType type;
+    int64_t rows;
+  };
+  const Spec specs[] = {{DType::Q5_0, 37}, {DType::Q8_0, 300}, {DType::Q4_K, 9}, {DType::F16, 5}};
+  static_assert(std::size(specs) == kMaxMatmulOuts);
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<Matrix> ms;
+  for (const Spec& s : specs) {
+    const size_t wrb = row_bytes(s.type, cols);
+    bytes.emplace_back(wrb * static_cast<size_t>(s.rows));
+    const auto wf = random_floats(s.rows * cols, static_cast<uint32_t>(s.rows));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      ref::quantize_row(s.type, wf.data() + r * cols, bytes.back().data() + r * wrb, cols);
+    }
+  }
+  for (size_t i = 0; i < std::size(specs); ++i) {
+    ms.push_back(Matrix{specs[i].type, specs[i].rows, cols, bytes[i].data()});
+  }
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (int64_t n_tokens : {1, 3, 4, 8, 17}) {
+      const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens), 2.0f);
+      for (auto& pool : pools) {
+        std::vector<std::vector<float>> want, got;
+        std::vector<MatmulOut> outs;
+        for (const Matrix& m : ms) {
+          want.emplace_back(static_cast<size_t>(m.rows * n_tokens));
+          got.emplace_back(want.back().size(), NAN);
+          matmul(m, x.data(), n_tokens, want.back().data(), pool);
+        }
+        for (size_t i = 0; i < ms.size(); ++i) outs.push_back({&ms[i], got[i].data()});
+        const int64_t jobs_before = pool.jobs();
+        matmul(outs, x.data(), n_tokens, pool);
+        if (pool.size() > 1) {
+          const int64_t quant_jobs = n_tokens >= 4 ? 3 : 0;  // Q8_0 (Q5_0 and Q8_0), Q8_K, F16
+          EXPECT_EQ(pool.jobs() - jobs_before, 1 + quant_jobs) << level << " tokens=" << n_tokens;
+        }
+        for (size_t i = 0; i < ms.size(); ++i) {
+          for (size_t k = 0; k < got[i].size(); ++k) {
+            ASSERT_EQ(got[i][k], want[i][k])
+                << level << " " << dtype_name(ms[i].type) << " tokens=" << n_tokens
+                << " threads=" << pool.size() << " k=" << k;
+          }
+        }
       }
     }
   }
