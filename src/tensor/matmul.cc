@@ -64,7 +64,7 @@ Product plan(const Matrix& w, float* y, const uint8_t* a, int64_t n_tokens) {
     p.mode = Mode::kDot;
     p.dot = active_dot_kernel(w.type);
     p.unit_rows = 1;
-  } else if (g.packed != nullptr && n_tokens >= g.pack_min_tokens) {
+  } else if (g.has_packed() && n_tokens >= g.pack_min_tokens) {
     // Blocks of g.pack_rows rows, unpacked once into the thread's scratch, then dotted against
     // every token (activations from L2, the packed rows from L1).
     p.mode = Mode::kPacked;
@@ -101,6 +101,12 @@ void run(const Product& p, int64_t u0, int64_t u1) {
       }
       return;
     case Mode::kPacked: {
+      if (g.packed_run != nullptr) {
+        const int64_t r0 = u0 * p.unit_rows, r1 = std::min(rows, u1 * p.unit_rows);
+        g.packed_run(cols, wb + static_cast<size_t>(r0) * wrb, wrb, r1 - r0, p.a, arb, p.n_tokens,
+                     p.y + r0, static_cast<size_t>(rows));
+        return;
+      }
       const size_t pb = g.pack_bytes(cols);
       thread_local std::vector<uint8_t> packed;
       if (packed.size() < pb) packed.resize(pb);

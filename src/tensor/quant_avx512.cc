@@ -2,8 +2,10 @@
 // dot products fuse into vpdpbusd / vpdpwssd, and the 32 vector registers hold 4 x 4 tiles of
 // accumulators. Vectors stay 256 bits wide (a legacy block is 32 bytes; a K sub-block is 32
 // levels), which also avoids 512-bit frequency effects. The 1 x 1 tiles are this level's
-// vec_dot kernels. Chosen at run time by quant.cc when the CPU has these features (Debian's
-// Highway emits no VNNI, hence intrinsics).
+// vec_dot kernels. The legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) are replaced by
+// legacy_avx512.cc, which reduces each block to one integer before any float work. Chosen at run
+// time by quant.cc when the CPU has these features (Debian's Highway emits no VNNI, hence
+// intrinsics).
 #include <immintrin.h>
 
 #include <array>
@@ -34,25 +36,17 @@ struct IsaAvx512Vnni {
   static constexpr int kMaxRows = 4, kMaxTokens = 4;
   // Rows per single-token (decode) tile; see IsaAvx2::decode_rows for why one sequential
   // stream beats interleaved rows. Measured here (kernels_bench, AMD EPYC Zen 4 VM, 2 MiB pages,
-  // medians of three rounds, GB/s at 1 / 2 threads): Q8_0 262144x640 1 row 18.4 / 28.1, 2 rows
-  // 7.2 / 12.3, 4 rows 6.0 / 10.5; Q6_K 65536x1024 1 row 18.2 / 29.0, 4 rows 4.4 / 7.9; Q4_K
-  // 65536x1024 1 row 14.3 / 24.8, 4 rows 10.9 / 19.2; Q5_0 131072x640 1 / 2 / 4 rows 8.8 / 11.4
-  // / 10.1 at 1 thread (8 rows: 8.5); Q4_1 131072x576 1 / 2 / 4 rows 8.0 / 9.5 / 10.5 at 1
-  // thread, 13.3 / 15.9 / 17.2 at 2 (8 rows: 5.8-7.2).
+  // medians of three rounds, GB/s at 1 / 2 threads): Q6_K 65536x1024 1 row 18.2 / 29.0, 4 rows
+  // 4.4 / 7.9; Q4_K 65536x1024 1 row 14.3 / 24.8, 4 rows 10.9 / 19.2. The legacy types' entries
+  // are replaced by legacy_avx512.cc (one row at a time, in its own float order).
   static constexpr int decode_rows(DType t) {
     switch (t) {
       case DType::F32:
       case DType::F16:
       case DType::BF16:
         return kMaxRows;  // not measured: float weight matrices are rare in GGUF models
-      case DType::Q4_0:
-      case DType::Q5_0:
-        return 2;
-      case DType::Q4_1:
-      case DType::Q5_1:
-        return 4;
       default:
-        return 1;  // Q8_0 and the K types
+        return 1;
     }
   }
   static constexpr bool kExactU8 = true;
@@ -70,130 +64,9 @@ struct IsaAvx512Vnni {
   }
 };
 
-// ---- packed legacy tiles for prefill ----
-// Packing as in gemm_tiles.h (LegacyPack); two tokens share each 512-bit vector (token t in the
-// low half, t + 1 in the high half, the weight block repeated in both), so the convert, multiply
-// and FMA per (row, token, block) cover two tokens at a time. Each half computes exactly what
-// the 256-bit tile computes for its (row, token), in the same order.
-constexpr int kPackRows = 8;
-template <bool kMin>
-using LPack = LegacyPack<kPackRows, kMin>;
-
-// R packed rows x 2T tokens (T pairs), accumulators in registers: 16 zmm for 8 x 2 pairs. With
-// odd = true the last pair has only its low token (the high half computes zeros, never stored).
-// Unsigned levels against Q8_0 (tile_legacy_u: sum(q * y) = sum(u * y) - kOffset * sum(y)), or
-// with kMin against Q8_1 (tile_legacy_min: + m * s_y in lane 0 of each half).
-template <class U, bool kMin, int R, int T, bool kOdd>
-void legacy_packed_rt(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, float* y,
-                      size_t ys) {
-  using L = LPack<kMin>;
-  using YBlock = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
-  __m512 acc[R][T];
-  EMBER_UNROLL
-  for (auto& row : acc) {
-    EMBER_UNROLL
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
-  const __m512i zero = _mm512_setzero_si512();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const uint8_t* base = buf + i * L::kBlockBytes;
-    __m512i qy[T], c[T];
-    __m512 dy[T], sy[T];
-    EMBER_UNROLL
-    for (int t = 0; t < T; ++t) {
-      const YBlock& y0 = reinterpret_cast<const YBlock*>(a + 2 * t * as)[i];
-      const bool single = kOdd && t == T - 1;
-      const YBlock* y1 =
-          single ? nullptr : reinterpret_cast<const YBlock*>(a + (2 * t + 1) * as) + i;
-      const __m256i qhi = single ? _mm256_setzero_si256() : load256(y1->qs);
-      qy[t] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(y0.qs)), qhi, 1);
-      const __m256 dhi = single ? _mm256_setzero_ps() : _mm256_set1_ps(h2f(y1->d));
-      dy[t] = _mm512_insertf32x8(_mm512_set1_ps(h2f(y0.d)), dhi, 1);
-      if constexpr (kMin) {
-        c[t] = zero;
-        const __m256 shi =
-            single ? _mm256_setzero_ps() : _mm256_zextps128_ps256(_mm_set_ss(h2f(y1->s)));
-        sy[t] = _mm512_insertf32x8(_mm512_zextps128_ps512(_mm_set_ss(h2f(y0.s))), shi, 1);
-      } else {
-        const __m512i offset = _mm512_set1_epi8(static_cast<char>(U::kOffset));
-        c[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, qy[t]));
-        sy[t] = _mm512_setzero_ps();
-      }
-    }
-    EMBER_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const __m512i ux = _mm512_broadcast_i64x4(load256(L::levels(base, r)));
-      const __m512 dx = _mm512_set1_ps(L::d(base, r));
-      EMBER_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const __m512i p = _mm512_dpbusd_epi32(c[t], ux, qy[t]);
-        __m512 v = acc[r][t];
-        if constexpr (kMin) v = _mm512_fmadd_ps(_mm512_set1_ps(L::m(base, r)), sy[t], v);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy[t]), _mm512_cvtepi32_ps(p), v);
-      }
-    }
-  }
-  EMBER_UNROLL
-  for (int r = 0; r < R; ++r) {
-    EMBER_UNROLL
-    for (int t = 0; t < T; ++t) {
-      y[2 * t * ys + r] = tile_hsum(_mm512_castps512_ps256(acc[r][t]));
-      if (!(kOdd && t == T - 1)) {
-        y[(2 * t + 1) * ys + r] = tile_hsum(_mm512_extractf32x8_ps(acc[r][t], 1));
-      }
-    }
-  }
-}
-
-template <class U, bool kMin, int R>
-void legacy_packed_rows(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, int64_t nt,
-                        float* y, size_t ys) {
-  int64_t t = 0;
-  for (; t + 4 <= nt; t += 4) {
-    legacy_packed_rt<U, kMin, R, 2, false>(n, buf, a + t * as, as, y + t * ys, ys);
-  }
-  switch (nt - t) {
-    case 3:
-      legacy_packed_rt<U, kMin, R, 2, true>(n, buf, a + t * as, as, y + t * ys, ys);
-      break;
-    case 2:
-      legacy_packed_rt<U, kMin, R, 1, false>(n, buf, a + t * as, as, y + t * ys, ys);
-      break;
-    case 1:
-      legacy_packed_rt<U, kMin, R, 1, true>(n, buf, a + t * as, as, y + t * ys, ys);
-      break;
-    default:
-      break;
-  }
-}
-
-using PackedRowsFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, int64_t, float*,
-                              size_t);
-
-template <class U, bool kMin, size_t... R>
-constexpr std::array<PackedRowsFn, sizeof...(R)> packed_rows_table(std::index_sequence<R...>) {
-  return {&legacy_packed_rows<U, kMin, static_cast<int>(R) + 1>...};
-}
-
-template <class U, bool kMin>
-void legacy_packed(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size_t as, int64_t nt,
-                   float* y, size_t ys) {
-  static constexpr auto table = packed_rows_table<U, kMin>(std::make_index_sequence<kPackRows>());
-  table[nr - 1](n, buf, a, as, nt, y, ys);
-}
-
-template <class U, bool kMin>
-void add_packed(KernelOverrides* o, DType t) {
-  GemmKernel& g = o->gemm[static_cast<size_t>(t)];
-  g.pack = &legacy_pack<IsaAvx512Vnni, U, LPack<kMin>>;
-  g.packed = &legacy_packed<U, kMin>;
-  g.pack_bytes = &LPack<kMin>::bytes;
-  g.pack_rows = kPackRows;
-  g.pack_min_tokens = 4;  // from 4 tokens on, one unpack already pays for itself
-}
-
 // ---- packed K-quant tiles for prefill (Q4_K, Q5_K, Q6_K) ----
-// Packing as in gemm_tiles.h (KPack); two tokens share each 512-bit vector as above. Each half
+// Packing as in gemm_tiles.h (KPack); two tokens share each 512-bit vector (token t in the low
+// half, t + 1 in the high half, the packed row repeated in both). Each half
 // computes exactly what tile_k computes for its (row, token) in the same order (integer sums are
 // exact; the float ops per lane are the same fmsub / mul / fmadd).
 constexpr int kKPackRows = 4;
@@ -303,6 +176,9 @@ void k_packed_rows(int64_t n, const uint8_t* buf, const uint8_t* a, size_t as, i
   }
 }
 
+using PackedRowsFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, int64_t, float*,
+                              size_t);
+
 // The levels, scales and mins are already unpacked, so one packed kernel serves every K type.
 void k_packed(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size_t as, int64_t nt,
               float* y, size_t ys) {
@@ -327,11 +203,7 @@ KernelOverrides avx512_kernels() {
   KernelOverrides o;
   if (!cpu_has_avx512_vnni()) return o;
   register_tiles<IsaAvx512Vnni>(&o, true);
-  add_packed<UnpackUQ8_0, false>(&o, DType::Q8_0);
-  add_packed<UnpackUQ4_0, false>(&o, DType::Q4_0);
-  add_packed<UnpackUQ5_0, false>(&o, DType::Q5_0);
-  add_packed<UnpackQ4_1, true>(&o, DType::Q4_1);
-  add_packed<UnpackQ5_1, true>(&o, DType::Q5_1);
+  add_avx512_legacy(&o);  // Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: their own order (legacy_avx512.cc)
   add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(&o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);

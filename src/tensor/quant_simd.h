@@ -35,6 +35,12 @@ using PackedTile = void (*)(int64_t n, const uint8_t* buf, int nr, const uint8_t
 // the 1 x 1 tile row after row (decode where decode_rows == 1).
 using RowsFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t nrows,
                         const uint8_t* a, float* y);
+// Optional prefill path that packs and dots a whole run of rows in one call (a matmul task),
+// so that per-call work on the activations is paid once per task: y[t * y_stride + r] for
+// r < nrows, t < nt; rows are handed in runs of pack_rows except at the matrix end.
+using PackedRunFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t nrows,
+                             const uint8_t* a, size_t a_stride, int64_t nt, float* y,
+                             size_t y_stride);
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
@@ -45,7 +51,9 @@ struct GemmKernel {
   PackedTile packed = nullptr;
   size_t (*pack_bytes)(int64_t n) = nullptr;
   int pack_rows = 0;
-  int pack_min_tokens = 0;  // below this, the plain tiles
+  PackedRunFn packed_run = nullptr;  // instead of pack + packed (with pack_rows)
+  int pack_min_tokens = 0;           // below this, the plain tiles
+  bool has_packed() const { return packed != nullptr || packed_run != nullptr; }
 };
 
 // The non-matmul kernels (attention.h, activation.h), same signatures as their public entry.
@@ -74,6 +82,8 @@ void add_avx2_activations(KernelOverrides* o);  // activation.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
+// The legacy types' kernels of that level (legacy_avx512.cc), replacing the tiles' entries.
+void add_avx512_legacy(KernelOverrides* o);
 
 }  // namespace ember::tensor::simd
 

@@ -95,7 +95,7 @@ TEST(Gemm, a_higher_simd_level_keeps_every_packed_prefill_path_of_the_level_belo
     ASSERT_TRUE(set_simd_level(level));
     std::vector<DType> here;
     for (DType t : testing::weight_types()) {
-      if (active_gemm_kernel(t).packed != nullptr) here.push_back(t);
+      if (active_gemm_kernel(t).has_packed()) here.push_back(t);
     }
     for (DType t : below) {
       EXPECT_NE(std::find(here.begin(), here.end(), t), here.end())
