@@ -194,6 +194,42 @@ TEST(Gemm, every_token_count_gives_each_token_the_single_token_result_bit_for_bi
   }
 }
 
+// Every level's tile entry itself, for every tile shape it accepts: matmul sends some types'
+// calls elsewhere (one token to the row path, two or more to the packed path at avx512-vnni), so
+// the tiles get called directly here, against vec_dot bit for bit.
+TEST(Gemm, every_tile_shape_gives_vec_dot_bit_for_bit_at_every_level) {
+  RestoreBestLevel restore;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : testing::weight_types()) {
+      const simd::GemmKernel g = active_gemm_kernel(t);
+      if (g.tile == nullptr) continue;
+      const int64_t cols = block_elems(t) == 1 ? 517 : 512;
+      const DType at = vec_dot_type(t);
+      const size_t wrb = row_bytes(t, cols), arb = row_bytes(at, cols);
+      const int rows = g.max_rows, toks = g.max_tokens;
+      std::vector<uint8_t> wq(wrb * rows), xq(arb * toks);
+      const auto wf = random_floats(rows * cols, 31);
+      const auto xf = random_floats(toks * cols, 32, 2.0f);
+      for (int r = 0; r < rows; ++r) ref::quantize_row(t, &wf[r * cols], &wq[r * wrb], cols);
+      for (int k = 0; k < toks; ++k) quantize_row(at, &xf[k * cols], &xq[k * arb], cols);
+      for (int nr = 1; nr <= rows; ++nr) {
+        for (int nt = 1; nt <= toks; ++nt) {
+          std::vector<float> y(static_cast<size_t>(nt * nr), NAN);
+          g.tile(cols, wq.data(), wrb, nr, xq.data(), arb, nt, y.data(), static_cast<size_t>(nr));
+          for (int k = 0; k < nt; ++k) {
+            for (int r = 0; r < nr; ++r) {
+              ASSERT_EQ(y[k * nr + r], vec_dot(t, cols, &wq[r * wrb], &xq[k * arb]))
+                  << level << " " << dtype_name(t) << " tile " << nr << "x" << nt << " r=" << r
+                  << " t=" << k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Misaligned for vectors (not 32/64-byte aligned), naturally aligned for elements, as GGUF rows
 // are.
 TEST(Gemm, matmul_reads_vector_misaligned_weights_correctly_at_every_level) {
