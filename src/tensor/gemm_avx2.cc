@@ -30,22 +30,17 @@ struct IsaAvx2 {
   // (kernels_bench, AMD EPYC Zen 4 VM, this level forced with EMBER_SIMD_LEVEL=avx2, medians of
   // two rounds, GB/s at 1 / 2 threads): Q8_0 262144x640 1 row 18.3 / 25.1, 2 rows 6.0 / 12.2;
   // Q6_K 65536x1024 1 row 15.9 / 20.9, 4 rows 2.8 / 5.7; Q4_K 65536x1024 1 row 13.7 / 19.7,
-  // 4 rows 9.1 / 14.8. Types whose one-row tile is compute-bound (the per-token work is not
-  // shared) keep 2: Q4_1 131072x576 1 / 2 / 4 rows 7.3 / 9.3 / 7.9 at 1 thread, Q5_0 alike.
-  // On a Zen 3 AVX2 VM (4 KiB pages then) Q8_0 one row was 11-13 ms against 17-20 ms for 4.
+  // 4 rows 9.1 / 14.8. On a Zen 3 AVX2 VM (4 KiB pages then) Q8_0 one row was 11-13 ms against
+  // 17-20 ms for 4. Q4_0, Q5_0, Q4_1 and Q5_1 are replaced by legacy_avx2.cc (one row at a
+  // time, in its own float order).
   static constexpr int decode_rows(DType t) {
     switch (t) {
       case DType::F32:
       case DType::F16:
       case DType::BF16:
         return kMaxRows;  // not measured: float weight matrices are rare in GGUF models
-      case DType::Q4_0:
-      case DType::Q5_0:
-      case DType::Q4_1:
-      case DType::Q5_1:
-        return 2;
       default:
-        return 1;  // Q8_0 and the K types
+        return 1;
     }
   }
   static constexpr bool kExactU8 = false;  // maddubs saturates int16 pair sums
@@ -63,10 +58,11 @@ struct IsaAvx2 {
 };
 
 // ---- packed paths for prefill ----
-// Rows packed once per call (gemm_tiles.h: LegacyPack, KPack), then R packed rows x T tokens per
-// kernel call with the accumulators in registers. Per (row, token, block) the same integer and
-// float operations as tile_legacy_u / tile_legacy_min / tile_k, in the same order: the results
-// are bit-identical to the tiles' (and so to vec_dot), while the unpacking is paid once per row.
+// K-type rows packed once per call (gemm_tiles.h: KPack), then R packed rows x T tokens per
+// kernel call with the accumulators in registers. Per (row, token, super-block) the same
+// integer and float operations as tile_k, in the same order: the results are bit-identical to
+// the tiles' (and so to vec_dot), while the unpacking is paid once per row. The legacy types'
+// prefill is in legacy_avx2.cc.
 
 using PackedRtFn = void (*)(int64_t n, const uint8_t* buf, int r0, const uint8_t* a, size_t as,
                             float* y, size_t ys);
@@ -96,52 +92,6 @@ void packed_drive(int64_t n, const uint8_t* buf, int nr, const uint8_t* a, size_
     }
   }
 }
-
-// Legacy types. Unsigned levels against Q8_0 (tile_legacy_u: sum(q * y) = sum(u * y) -
-// kOffset * sum(y)), or with kMin against Q8_1 (tile_legacy_min: + m * s_y in lane 0).
-template <class U, class L, bool kMin>
-struct LegacyPacked {
-  using YBlock = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
-  template <int R, int T>
-  static void run(int64_t n, const uint8_t* buf, int r0, const uint8_t* a, size_t as, float* y,
-                  size_t ys) {
-    __m256 acc[R][T];
-    zero_tile(acc);
-    const __m256i zero = _mm256_setzero_si256();
-    for (int64_t i = 0; i < n / kQK; ++i) {
-      const uint8_t* base = buf + i * L::kBlockBytes;
-      __m256i qy[T], c[T];
-      __m256 dy[T], sy[T];
-      EMBER_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const YBlock& yb = reinterpret_cast<const YBlock*>(a + t * as)[i];
-        qy[t] = load256(yb.qs);
-        dy[t] = _mm256_set1_ps(h2f(yb.d));
-        if constexpr (kMin) {
-          c[t] = zero;
-          sy[t] = _mm256_zextps128_ps256(_mm_set_ss(h2f(yb.s)));
-        } else {
-          const __m256i offset = _mm256_set1_epi8(static_cast<char>(U::kOffset));
-          c[t] = _mm256_sub_epi32(zero, IsaAvx2::dot_u8s8(zero, offset, qy[t]));
-          sy[t] = _mm256_setzero_ps();
-        }
-      }
-      EMBER_UNROLL
-      for (int r = 0; r < R; ++r) {
-        const __m256i ux = load256(L::levels(base, r0 + r));
-        const __m256 dx = _mm256_set1_ps(L::d(base, r0 + r));
-        EMBER_UNROLL
-        for (int t = 0; t < T; ++t) {
-          const __m256i p = IsaAvx2::dot_u8s8(c[t], ux, qy[t]);
-          __m256 v = acc[r][t];
-          if constexpr (kMin) v = _mm256_fmadd_ps(_mm256_set1_ps(L::m(base, r0 + r)), sy[t], v);
-          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), _mm256_cvtepi32_ps(p), v);
-        }
-      }
-    }
-    store_tile<R, T>(acc, y, ys);
-  }
-};
 
 // K types against Q8_K (tile_k): dot = dy * (d * sum_k scale_k . (q_k * y_k) - dmin * mins).
 template <class L>
@@ -198,22 +148,10 @@ struct KPacked {
   }
 };
 
-// Tile shapes measured with kernels_bench (640x2048 and 2048x640, 64 tokens, one thread, on an
-// AVX2 Zen 3 VM): legacy 4 rows x 4 tokens and K 2 x 4 were fastest of 4x1..8x1, 2x3..4x4 and
-// 1x3..2x4 / 1x8 (some accumulators spill; loads from L1 are cheaper than the extra passes).
-constexpr int kLegacyPackRows = 8, kLegacyR = 4, kLegacyT = 4;
+// Tile shape measured with kernels_bench (640x2048 and 2048x640, 64 tokens, one thread, on an
+// AVX2 Zen 3 VM): K 2 x 4 was fastest of 1x3..2x4 / 1x8 (some accumulators spill; loads from L1
+// are cheaper than the extra passes).
 constexpr int kKPackRows = 4, kKR = 2, kKT = 4;
-
-template <class U, bool kMin>
-void add_legacy_packed(KernelOverrides* o, DType type) {
-  using L = LegacyPack<kLegacyPackRows, kMin>;
-  GemmKernel& g = o->gemm[static_cast<size_t>(type)];
-  g.pack = &legacy_pack<IsaAvx2, U, L>;
-  g.packed = &packed_drive<LegacyPacked<U, L, kMin>, kLegacyR, kLegacyT>;
-  g.pack_bytes = &L::bytes;
-  g.pack_rows = kLegacyPackRows;
-  g.pack_min_tokens = 4;
-}
 
 template <class U>
 void add_k_packed(KernelOverrides* o, DType type) {
@@ -233,10 +171,7 @@ void add_k_packed(KernelOverrides* o, DType type) {
 // hit or miss) and equal vec_dot of the row with its quantized activation.
 void add_avx2_gemm(KernelOverrides* o) {
   register_tiles<IsaAvx2>(o, true);
-  add_legacy_packed<UnpackUQ4_0, false>(o, DType::Q4_0);
-  add_legacy_packed<UnpackUQ5_0, false>(o, DType::Q5_0);
-  add_legacy_packed<UnpackQ4_1, true>(o, DType::Q4_1);
-  add_legacy_packed<UnpackQ5_1, true>(o, DType::Q5_1);
+  add_avx2_legacy(o);  // Q4_0, Q5_0, Q4_1, Q5_1: block-first order (legacy_phase.h)
   add_k_packed<UnpackQ4_K>(o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(o, DType::Q6_K);

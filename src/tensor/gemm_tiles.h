@@ -518,55 +518,13 @@ void tile_k(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as,
   store_tile<NR, NT>(acc, y, ys);
 }
 
-// ---- packing for the prefill paths (gemm_avx2.cc, quant_avx512.cc) ----
+// ---- packing for the K types' prefill paths (gemm_avx2.cc, quant_avx512.cc) ----
 // A block of P weight rows is unpacked once per matmul call into a scratch buffer, then dotted
 // against every token, so the unpacking (nibbles, high bits, fp16 scales, K-quant scale words)
-// is paid once per row instead of once per few tokens. The packed kernels compute, per (row,
-// token), exactly what the tiles above compute in the same order, so their results are
-// bit-identical to the tiles' (the parity tests against llama.cpp on the real model are
-// sensitive to the last bit of an activation).
-
-// Legacy types, per block i: P x 32 levels (U::levels), P float scales d, and for the types
-// with a min (Q4_1, Q5_1) P float mins m.
-template <int P, bool kMin>
-struct LegacyPack {
-  static constexpr int kRows = P;
-  static constexpr size_t kDOff = P * 32;
-  static constexpr size_t kMOff = kDOff + P * sizeof(float);
-  static constexpr size_t kBlockBytes = kMOff + (kMin ? P * sizeof(float) : 0);
-  static size_t bytes(int64_t n) { return static_cast<size_t>(n / kQK) * kBlockBytes; }
-  static const uint8_t* levels(const uint8_t* base, int r) { return base + r * 32; }
-  static float d(const uint8_t* base, int r) { return load_f32(base + kDOff + r * sizeof(float)); }
-  static float m(const uint8_t* base, int r) { return load_f32(base + kMOff + r * sizeof(float)); }
-  static float load_f32(const uint8_t* p) {
-    float v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-  }
-};
-
-template <class Isa, class U, class L>
-void legacy_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
-  using B = typename U::Block;
-  constexpr bool kMin = L::kMOff != L::kBlockBytes;
-  // Rows outer, blocks inner: each weight row is read as one sequential stream (the rows
-  // interleaved block by block are nr streams, which the prefetcher follows far worse; see
-  // IsaAvx2::decode_rows); the scattered writes land in the L1-resident scratch.
-  for (int r = 0; r < nr; ++r) {
-    const B* row = reinterpret_cast<const B*>(w + r * ws);
-    for (int64_t i = 0; i < n / kQK; ++i) {
-      uint8_t* base = buf + i * L::kBlockBytes;
-      const B& b = row[i];
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(base + r * 32), U::template levels<Isa>(b));
-      const float d = h2f(b.d);
-      __builtin_memcpy(base + L::kDOff + r * sizeof(float), &d, sizeof d);
-      if constexpr (kMin) {
-        const float m = h2f(b.m);
-        __builtin_memcpy(base + L::kMOff + r * sizeof(float), &m, sizeof m);
-      }
-    }
-  }
-}
+// is paid once per row instead of once per few tokens (the legacy types: legacy_phase.h). The
+// packed kernels compute, per (row, token), exactly what the tiles above compute in the same order,
+// so their results are bit-identical to the tiles' (the parity tests against llama.cpp on the real
+// model are sensitive to the last bit of an activation).
 
 // K types, per super-block i and row r (kRowBytes each, P rows consecutive): everything
 // tile_k's U::unpack produces: 8 x 32 levels, 8 x 16 int16 scales, 16 int16 min factors, then
@@ -583,7 +541,10 @@ struct KPack {
 template <class U, class L>
 void k_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   using B = typename U::Block;
-  for (int r = 0; r < nr; ++r) {  // rows outer: one sequential stream, as in legacy_pack
+  // Rows outer, blocks inner: each weight row is read as one sequential stream (rows
+  // interleaved block by block are nr streams, which the prefetcher follows far worse; see
+  // IsaAvx2::decode_rows); the scattered writes land in the L1-resident scratch.
+  for (int r = 0; r < nr; ++r) {
     const B* row = reinterpret_cast<const B*>(w + r * ws);
     for (int64_t i = 0; i < n / kQKK; ++i) {
       uint8_t* p = buf + i * L::kBlockBytes + r * L::kRowBytes;

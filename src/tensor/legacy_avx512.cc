@@ -1,24 +1,10 @@
-// The legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) at the avx512-vnni level, with a float order
-// chosen so that the prefill kernel can keep weight rows in vector lanes.
-//
-// Order (every path of this level for these types: decode rows, few-token tiles, prefill,
-// vec_dot): for weight row w and activation row a, each block b's integer sum
-// s_b = sum(q_w * q_a) is exact; the block's term goes into accumulator j = b mod 8:
-//   acc[j] = fma(d_w * d_a, float(s_b), acc[j]);   with a min (Q4_1, Q5_1) then
-//   acc[j] = fma(m_w, s_a, acc[j]);                 (s_a = d_a * sum(q_a), the Q8_1 field)
-// and the result is ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
-//
-// The plain tiles (gemm_tiles.h) scale every int32 lane of every block (8 lanes per (row,
-// token, block)); here a block is reduced to its one integer first, so the float work per
-// (row, token, block) is one lane:
-// - decode (one row, one token): 8 blocks' integer sums are reduced into one vector (lane j =
-//   block j of the group), then scaled and accumulated with one multiply and one FMA for 8
-//   blocks, where the tile spent a convert, a multiply and an FMA per block;
-// - prefill: 16 rows are packed with row r's 4 levels k..k+3 in 32-bit lane r (a transpose), so
-//   8 vpdpbusd against broadcast activation words give the 16 rows' block sums directly, and
-//   one multiply and one FMA scale 16 (row, block) terms.
-// Both compute, per (row, token), the same exact integers and the same float operations in the
-// same order, so the results are bit-identical whatever path a token takes (batch invariance,
+// The legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) at the avx512-vnni level, in the block-first
+// float order of legacy_phase.h (its row side is this level's decode, tile and vec_dot), plus
+// the prefill path for that order: 16 rows are packed with row r's 4 levels k..k+3 in 32-bit
+// lane r (a transpose), so 8 vpdpbusd against broadcast activation words give the 16 rows'
+// block sums directly, and one multiply and one FMA scale 16 (row, block) terms. Per (row,
+// token) both compute the same exact integers and the same float operations in the same order,
+// so the results are bit-identical whatever path a token takes (batch invariance,
 // tests/tensor/gemm_test.cc). Against the scalar reference they differ only in the order of
 // float additions.
 #include <immintrin.h>
@@ -39,12 +25,24 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include "tensor/gemm_tiles.h"  // IWYU pragma: keep
+#include "tensor/gemm_tiles.h"    // IWYU pragma: keep
+#include "tensor/legacy_phase.h"  // IWYU pragma: keep
 
 namespace ember::tensor::simd {
 namespace {
 
 struct IsaPhase {
+  static __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(acc, u, s);
+  }
+  static __m256 d_of(__m256i dm) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dm)); }
+  static void d_m_of(__m256i dm, __m256* d, __m256* m) {
+    const __m512 f = _mm512_cvtph_ps(dm);  // d0 m0 d1 m1 ..
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+    *d = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, f));
+    *m = _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, f));
+  }
   // 0x10 in each byte whose bit is set in the 32 bits at p.
   static __m256i bits_to_16(const uint8_t* p) {
     uint32_t bits;
@@ -52,190 +50,6 @@ struct IsaPhase {
     return _mm256_maskz_mov_epi8(_cvtu32_mask32(bits), _mm256_set1_epi8(0x10));
   }
 };
-
-constexpr int kPhases = 8;
-
-template <class U>
-struct Phase {
-  using B = typename U::Block;
-  static constexpr bool kMin = std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_1>;
-  using Y = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
-  // Unsigned levels u = q + kOffset (kOffset = 0 for the types with a min).
-  static constexpr int kOffset = [] {
-    if constexpr (kMin) {
-      return 0;
-    } else {
-      return U::kOffset;
-    }
-  }();
-  static __m256i levels(const B& b) { return U::template levels<IsaPhase>(b); }
-};
-
-// The 8 int32 lanes of each p[k] summed: lane k of the result (exact, any order).
-inline __m256i reduce8(const __m256i p[8]) {
-  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-  const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
-  // q0 lanes 0..3: blocks 0..3, first half of each; lanes 4..7: their second halves.
-  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
-                          _mm256_permute2x128_si256(q0, q1, 0x31));
-}
-
-// ---- the activation side, once per token per call ----
-// d_a per block (float), the offset correction -kOffset * sum(q_a) (int32), s_a (float, types
-// with a min); zero-padded to whole groups of 8 blocks so the last group's extra lanes add 0.
-struct ActSide {
-  std::vector<float> d, s;
-  std::vector<int32_t> corr;
-};
-
-template <class U>
-void act_side(int64_t nb, const uint8_t* a, ActSide* side) {
-  using P = Phase<U>;
-  const size_t padded = static_cast<size_t>((nb + kPhases - 1) / kPhases * kPhases);
-  if (side->d.size() < padded) {
-    side->d.resize(padded);
-    side->s.resize(padded);
-    side->corr.resize(padded);
-  }
-  const auto* y = reinterpret_cast<const typename P::Y*>(a);
-  const __m256i ones = _mm256_set1_epi8(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    side->d[b] = h2f(y[b].d);
-    if constexpr (P::kMin) {
-      side->s[b] = h2f(y[b].s);
-      side->corr[b] = 0;
-    } else {
-      const __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, load256(y[b].qs));
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-      side->corr[b] = -P::kOffset * _mm_cvtsi128_si32(s4);
-      side->s[b] = 0.f;
-    }
-  }
-  for (size_t b = static_cast<size_t>(nb); b < padded; ++b) {
-    side->d[b] = side->s[b] = 0.f;
-    side->corr[b] = 0;
-  }
-}
-
-// ---- one row against one token (decode, few-token tiles, vec_dot) ----
-// Rows are read one after another as one sequential stream (see IsaAvx2::decode_rows); the
-// software prefetch runs kPrefetchBytes ahead (rows are contiguous).
-constexpr size_t kPrefetchBytes = 4096;  // 2048 and 8192 were within noise
-
-// The first 32 bits (d, or d and m) of 8 consecutive blocks, one vector: scalar loads and
-// inserts (a vpgatherdd here held the loop up for a fifth of its samples on Zen 4).
-// Blocks at m and after (a row's last, partial group) read as 0.
-template <class B>
-inline __m256i head_words(const B* x, int m) {
-  const auto w = [&](int k) {
-    int32_t v = 0;
-    if (k < m) __builtin_memcpy(&v, &x[k], sizeof v);
-    return v;
-  };
-  const __m128i lo = _mm_setr_epi32(w(0), w(1), w(2), w(3));
-  const __m128i hi = _mm_setr_epi32(w(4), w(5), w(6), w(7));
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-}
-
-template <class U>
-[[gnu::always_inline]] inline float row_dot(int64_t nb, const uint8_t* w, size_t ws,
-                                            const uint8_t* a, const ActSide& side) {
-  using P = Phase<U>;
-  using B = typename P::B;
-  const B* x = reinterpret_cast<const B*>(w);
-  const auto* y = reinterpret_cast<const typename P::Y*>(a);
-  const float* side_d = side.d.data();
-  const float* side_s = side.s.data();
-  const int32_t* side_corr = side.corr.data();
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t g = 0; g < nb; g += kPhases) {
-    const int m = static_cast<int>(std::min<int64_t>(kPhases, nb - g));
-    if (ws != 0) {
-      const uint8_t* pf = w + kPrefetchBytes + g * sizeof(B);
-      for (size_t off = 0; off < kPhases * sizeof(B); off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
-      }
-    }
-    __m256i p[kPhases];
-    __m256i dm;
-    if (m == kPhases) {
-      EMBER_UNROLL
-      for (int k = 0; k < kPhases; ++k) {
-        p[k] =
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), P::levels(x[g + k]), load256(y[g + k].qs));
-      }
-      dm = head_words(x + g, kPhases);
-    } else {
-      EMBER_UNROLL
-      for (int k = 0; k < kPhases; ++k) {
-        p[k] = k < m ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), P::levels(x[g + k]),
-                                           load256(y[g + k].qs))
-                     : _mm256_setzero_si256();
-      }
-      dm = head_words(x + g, m);
-    }
-    const __m256i s = _mm256_add_epi32(
-        reduce8(p), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(side_corr + g)));
-    __m256 dw, mw;
-    if constexpr (P::kMin) {
-      // (d, m) fp16 pairs -> d0 m0 d1 m1 .. as floats, then split.
-      const __m512 f = _mm512_cvtph_ps(dm);
-      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-      const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
-      dw = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, f));
-      mw = _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, f));
-    } else {
-      dw = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dm));
-      mw = _mm256_setzero_ps();
-    }
-    const __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(side_d + g));
-    acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
-    if constexpr (P::kMin) acc = _mm256_fmadd_ps(mw, _mm256_loadu_ps(side_s + g), acc);
-  }
-  return tile_hsum(acc);
-}
-
-template <class U>
-ActSide& side_for(int64_t nb, const uint8_t* a) {
-  thread_local ActSide side;
-  act_side<U>(nb, a, &side);
-  return side;
-}
-
-template <class U>
-float phase_dot(int64_t n, const void* w, const void* a) {
-  const int64_t nb = n / kQK;
-  return row_dot<U>(nb, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(a),
-                    side_for<U>(nb, static_cast<const uint8_t*>(a)));
-}
-
-template <class U>
-void phase_rows(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, const uint8_t* a, float* y) {
-  const int64_t nb = n / kQK;
-  const ActSide& side = side_for<U>(nb, a);
-  for (int64_t r = 0; r < nrows; ++r) {
-    y[r] = row_dot<U>(nb, w + static_cast<size_t>(r) * ws, ws, a, side);
-  }
-}
-
-// The tile entry (any nr x nt; matmul itself sends one token to phase_rows and two or more to
-// the packed path): every (row, token) through row_dot.
-template <class U>
-void phase_tile(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, int nt,
-                float* y, size_t ys) {
-  const int64_t nb = n / kQK;
-  for (int t = 0; t < nt; ++t) {
-    const uint8_t* at = a + static_cast<size_t>(t) * as;
-    const ActSide& side = side_for<U>(nb, at);
-    for (int r = 0; r < nr; ++r) {
-      y[static_cast<size_t>(t) * ys + r] =
-          row_dot<U>(nb, w + static_cast<size_t>(r) * ws, ws, at, side);
-    }
-  }
-}
 
 // ---- prefill: 16 rows in the lanes ----
 // Packed block b of 16 rows: 8 x 64 bytes of levels (vector k, 32-bit lane r: row r's levels
@@ -249,22 +63,13 @@ constexpr size_t kPackedBlock = kXOff + 64;
 
 template <class U>
 void pack16(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
-  using P = Phase<U>;
+  using P = Phase<U, IsaPhase>;
   using B = typename P::B;
   const __m256i offset = _mm256_set1_epi8(static_cast<char>(P::kOffset));
   const __m512i idx_lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
   const __m512i idx_hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-  // The next 16 rows (contiguous), a slice per block, into L2: reading 16 rows block by block
-  // is 16 interleaved streams, which the hardware prefetcher follows badly (see
-  // IsaAvx2::decode_rows). Into L2 (T1) measured 1.5x faster than into L1 (T0) at 8 tokens
-  // (kernels_bench Q8_0 262144x640: 22 against 34 ms), two blocks ahead no better than one.
-  const uint8_t* next = w + kLanes * ws;
-  const size_t slice = (kLanes * ws / static_cast<size_t>(nb) + 63) / 64 * 64;
   for (int64_t b = 0; b < nb; ++b) {
-    for (size_t o = 0; o < slice; o += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + static_cast<size_t>(b) * slice + o),
-                   _MM_HINT_T1);
-    }
+    prefetch_slice(w + kLanes * ws, kLanes * ws, nb, b);  // the next 16 rows (contiguous)
     uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
     alignas(32) uint16_t d16[kLanes] = {}, m16[kLanes] = {};
     // z[r] = rows r | r + 8 (missing rows zero); then per 256-bit half an 8 x 8 transpose of
@@ -332,7 +137,7 @@ inline __m512i bcast32(const uint8_t* p) {
 template <class U, int NT>
 void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* qa, size_t qa_stride,
                      const float* const* da, const float* const* sa, __m512* out) {
-  using P = Phase<U>;
+  using P = Phase<U, IsaPhase>;
   __m512 acc[kPhases][NT];
   EMBER_UNROLL
   for (auto& row : acc) {
@@ -389,7 +194,7 @@ void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* qa, s
 template <class U>
 void phase_packed_run(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, const uint8_t* a,
                       size_t as, int64_t nt, float* y, size_t ys) {
-  using P = Phase<U>;
+  using P = Phase<U, IsaPhase>;
   const int64_t nb = n / kQK;
   const size_t nbs = static_cast<size_t>(nb);
   thread_local std::vector<uint8_t> qa, buf;
@@ -454,32 +259,14 @@ void phase_packed_run(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, con
   }
 }
 
-template <class U>
-void add_phase(KernelOverrides* o, DType t) {
-  GemmKernel& g = o->gemm[static_cast<size_t>(t)];
-  g = GemmKernel{};
-  g.tile = &phase_tile<U>;
-  g.max_rows = 4;
-  g.max_tokens = 4;
-  g.decode_rows = 1;
-  g.rows = &phase_rows<U>;
-  g.packed_run = &phase_packed_run<U>;
-  g.pack_rows = kLanes;
-  // From 2 tokens on: one pack (a transpose) costs less than a second pass of row_dot.
-  // ember bench -c 2,3, 2 threads: SmolLM2 226 -> 293 and 255 -> 360 tok/s, Gemma 125 -> 174 and
-  // 124 -> 212 against packing from 4 tokens.
-  g.pack_min_tokens = 2;
-  o->dot[static_cast<size_t>(t)] = &phase_dot<U>;
-}
-
 }  // namespace
 
 void add_avx512_legacy(KernelOverrides* o) {
-  add_phase<UnpackUQ8_0>(o, DType::Q8_0);
-  add_phase<UnpackUQ4_0>(o, DType::Q4_0);
-  add_phase<UnpackUQ5_0>(o, DType::Q5_0);
-  add_phase<UnpackQ4_1>(o, DType::Q4_1);
-  add_phase<UnpackQ5_1>(o, DType::Q5_1);
+  add_phase_kernels<UnpackUQ8_0, IsaPhase>(o, DType::Q8_0, &phase_packed_run<UnpackUQ8_0>, kLanes);
+  add_phase_kernels<UnpackUQ4_0, IsaPhase>(o, DType::Q4_0, &phase_packed_run<UnpackUQ4_0>, kLanes);
+  add_phase_kernels<UnpackUQ5_0, IsaPhase>(o, DType::Q5_0, &phase_packed_run<UnpackUQ5_0>, kLanes);
+  add_phase_kernels<UnpackQ4_1, IsaPhase>(o, DType::Q4_1, &phase_packed_run<UnpackQ4_1>, kLanes);
+  add_phase_kernels<UnpackQ5_1, IsaPhase>(o, DType::Q5_1, &phase_packed_run<UnpackQ5_1>, kLanes);
 }
 
 }  // namespace ember::tensor::simd

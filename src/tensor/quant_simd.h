@@ -77,6 +77,8 @@ struct KernelOverrides {
 bool cpu_has_avx2();
 KernelOverrides avx2_kernels();
 void add_avx2_gemm(KernelOverrides* o);
+// Q4_0, Q5_0, Q4_1, Q5_1 at that level (legacy_avx2.cc), replacing the tiles' entries.
+void add_avx2_legacy(KernelOverrides* o);
 void add_avx2_attention(KernelOverrides* o);    // attention_avx2.cc
 void add_avx2_activations(KernelOverrides* o);  // activation.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
