@@ -31,8 +31,8 @@ struct IsaAvx2 {
   // two rounds, GB/s at 1 / 2 threads): Q8_0 262144x640 1 row 18.3 / 25.1, 2 rows 6.0 / 12.2;
   // Q6_K 65536x1024 1 row 15.9 / 20.9, 4 rows 2.8 / 5.7; Q4_K 65536x1024 1 row 13.7 / 19.7,
   // 4 rows 9.1 / 14.8. On a Zen 3 AVX2 VM (4 KiB pages then) Q8_0 one row was 11-13 ms against
-  // 17-20 ms for 4. Q4_0, Q5_0, Q4_1 and Q5_1 are replaced by legacy_avx2.cc (one row at a
-  // time, in its own float order).
+  // 17-20 ms for 4. The legacy types are replaced by legacy_avx2.cc (one row at a time, in its
+  // own float order).
   static constexpr int decode_rows(DType t) {
     switch (t) {
       case DType::F32:
@@ -171,7 +171,7 @@ void add_k_packed(KernelOverrides* o, DType type) {
 // hit or miss) and equal vec_dot of the row with its quantized activation.
 void add_avx2_gemm(KernelOverrides* o) {
   register_tiles<IsaAvx2>(o, true);
-  add_avx2_legacy(o);  // Q4_0, Q5_0, Q4_1, Q5_1: block-first order (legacy_phase.h)
+  add_avx2_legacy(o);  // Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: block-first order (legacy_phase.h)
   add_k_packed<UnpackQ4_K>(o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(o, DType::Q6_K);

@@ -1,4 +1,4 @@
-// Q4_0, Q5_0, Q4_1 and Q5_1 at the avx2 level, in the block-first float order of
+// Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 at the avx2 level, in the block-first float order of
 // legacy_phase.h (its row side is this level's decode, tile and vec_dot), plus the prefill path
 // for that order: 8 rows are packed with row r's 4 levels k..k+3 in 32-bit lane r (a transpose
 // per block), so maddubs against broadcast activation words gives the 8 rows' block sums in
@@ -8,8 +8,9 @@
 //
 // maddubs multiplies unsigned by signed bytes into saturating int16 pair sums; with levels
 // below 32 and activations within +-127 a pair is at most 2 x 31 x 127 = 7,874, so four pair
-// sums add in int16 without overflow (31,496) before one madd widens them. Q8_0 (levels to
-// 255) stays on the tiles at this level.
+// sums add in int16 without overflow (31,496) before one madd widens them. Q8_0 goes through
+// the sign trick (|q| times q_a with q's sign; legacy_phase.h), whose pair sums (up to 32,512)
+// are widened one by one.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,11 +44,14 @@ struct IsaPhaseAvx2 {
 };
 
 // ---- prefill: 8 rows in the lanes ----
-// Packed block b of 8 rows: 8 x 32 bytes of unsigned levels (vector k, 32-bit lane r: row r's
-// levels 4k..4k+3), 8 float d_w, 8 float m_w (types with a min; zero otherwise).
+// Packed block b of 8 rows: 8 x 32 bytes of levels (vector k, 32-bit lane r: row r's levels
+// 4k..4k+3; unsigned, or Q8_0's signed ones), 8 float d_w, 8 float m_w (types with a min; zero
+// otherwise), and for Q8_0 the levels' absolute values in the same layout.
 constexpr int kLanes = 8;
 constexpr size_t kLevelBytes = 8 * 32, kDOff = kLevelBytes, kMOff = kDOff + 32;
-constexpr size_t kPackedBlock = kMOff + 32;
+constexpr size_t kAbsOff = kMOff + 32;
+template <class P>
+constexpr size_t kPackedBlock = P::kSigned ? kAbsOff + kLevelBytes : kAbsOff;
 
 template <class U>
 void pack8(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
@@ -55,7 +59,7 @@ void pack8(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   using B = typename P::B;
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_slice(w + kLanes * ws, kLanes * ws, nb, b);  // the next 8 rows (contiguous)
-    uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
+    uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock<P>;
     alignas(16) uint16_t d16[kLanes] = {}, m16[kLanes] = {};
     __m256i r[8];
     EMBER_UNROLL
@@ -86,10 +90,16 @@ void pack8(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
     // u[m] (rows 0..3) and u[4 + m] (rows 4..7), 128-bit lane c: word 4c + m.
     EMBER_UNROLL
     for (int m = 0; m < 4; ++m) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * m),
-                          _mm256_permute2x128_si256(u[m], u[4 + m], 0x20));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * (4 + m)),
-                          _mm256_permute2x128_si256(u[m], u[4 + m], 0x31));
+      const __m256i lo = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
+      const __m256i hi = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * m), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * (4 + m)), hi);
+      if constexpr (P::kSigned) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + kAbsOff + 32 * m),
+                            _mm256_sign_epi8(lo, lo));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + kAbsOff + 32 * (4 + m)),
+                            _mm256_sign_epi8(hi, hi));
+      }
     }
     _mm256_storeu_ps(reinterpret_cast<float*>(pb + kDOff),
                      _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16))));
@@ -121,18 +131,32 @@ __m256 packed8_token(int64_t nb, const uint8_t* buf, const uint8_t* q, size_t q_
     for (int j = 0; j < kPhases; ++j) {
       const int64_t b = g + j;
       if (b >= nb) break;
-      const uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
+      const uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock<P>;
       const uint8_t* qb = q + static_cast<size_t>(b) * q_stride + kQsOff;
       __m256i half[2];
       EMBER_UNROLL
       for (int h = 0; h < 2; ++h) {
-        __m256i t16 = _mm256_setzero_si256();
-        EMBER_UNROLL
-        for (int k = 4 * h; k < 4 * h + 4; ++k) {
-          const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32 * k));
-          t16 = _mm256_add_epi16(t16, _mm256_maddubs_epi16(wk, bcast32(qb + 4 * k)));
+        if constexpr (P::kSigned) {
+          // Q8_0 pair sums reach 32,512: each widened on its own.
+          __m256i t32 = _mm256_setzero_si256();
+          EMBER_UNROLL
+          for (int k = 4 * h; k < 4 * h + 4; ++k) {
+            const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32 * k));
+            const __m256i ak =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + kAbsOff + 32 * k));
+            const __m256i yk = _mm256_sign_epi8(bcast32(qb + 4 * k), wk);
+            t32 = _mm256_add_epi32(t32, _mm256_madd_epi16(_mm256_maddubs_epi16(ak, yk), ones));
+          }
+          half[h] = t32;
+        } else {
+          __m256i t16 = _mm256_setzero_si256();
+          EMBER_UNROLL
+          for (int k = 4 * h; k < 4 * h + 4; ++k) {
+            const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32 * k));
+            t16 = _mm256_add_epi16(t16, _mm256_maddubs_epi16(wk, bcast32(qb + 4 * k)));
+          }
+          half[h] = _mm256_madd_epi16(t16, ones);
         }
-        half[h] = _mm256_madd_epi16(t16, ones);
       }
       __m256i s = _mm256_add_epi32(half[0], half[1]);
       if constexpr (!P::kMin) s = _mm256_add_epi32(s, _mm256_set1_epi32(corr[b]));
@@ -154,13 +178,14 @@ __m256 packed8_token(int64_t nb, const uint8_t* buf, const uint8_t* q, size_t q_
 template <class U>
 void phase_packed_run_avx2(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, const uint8_t* a,
                            size_t as, int64_t nt, float* y, size_t ys) {
+  using P = Phase<U, IsaPhaseAvx2>;
   const int64_t nb = n / kQK;
   const size_t nbs = static_cast<size_t>(nb), nts = static_cast<size_t>(nt);
   thread_local std::vector<ActSide> sides;
   thread_local std::vector<uint8_t> buf;
   if (sides.size() < nts) sides.resize(nts);
   for (size_t t = 0; t < nts; ++t) act_side<U, IsaPhaseAvx2>(nb, a + t * as, &sides[t]);
-  if (buf.size() < nbs * kPackedBlock) buf.resize(nbs * kPackedBlock);
+  if (buf.size() < nbs * kPackedBlock<P>) buf.resize(nbs * kPackedBlock<P>);
   const size_t q_stride = as / static_cast<size_t>(nb);  // bytes per activation block
   alignas(32) float out[kLanes];
   for (int64_t r = 0; r < nrows; r += kLanes) {
@@ -184,6 +209,8 @@ void phase_packed_run_avx2(int64_t n, const uint8_t* w, size_t ws, int64_t nrows
 }  // namespace
 
 void add_avx2_legacy(KernelOverrides* o) {
+  add_phase_kernels<UnpackQ8_0, IsaPhaseAvx2>(o, DType::Q8_0, &phase_packed_run_avx2<UnpackQ8_0>,
+                                              kLanes);
   add_phase_kernels<UnpackUQ4_0, IsaPhaseAvx2>(o, DType::Q4_0, &phase_packed_run_avx2<UnpackUQ4_0>,
                                                kLanes);
   add_phase_kernels<UnpackUQ5_0, IsaPhaseAvx2>(o, DType::Q5_0, &phase_packed_run_avx2<UnpackUQ5_0>,

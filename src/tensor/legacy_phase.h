@@ -64,15 +64,34 @@ struct Phase {
   using B = typename U::Block;
   static constexpr bool kMin = std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_1>;
   using Y = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
-  // Unsigned levels u = q + kOffset (kOffset = 0 for the types with a min).
+  // Signed Q8_0 levels (UnpackQ8_0, for a dot product without exact u8 x s8 at 255: avx2's
+  // maddubs) go through the sign trick: |q| (at most 128) times q_a with q's sign, pair sums at
+  // most 2 x 128 x 127 = 32,512.
+  static constexpr bool kSigned = std::is_same_v<U, UnpackQ8_0>;
+  // Otherwise unsigned levels u = q + kOffset (kOffset = 0 for the types with a min).
   static constexpr int kOffset = [] {
-    if constexpr (kMin) {
+    if constexpr (kMin || kSigned) {
       return 0;
     } else {
       return U::kOffset;
     }
   }();
-  static __m256i levels(const B& b) { return U::template levels<Isa>(b); }
+  static __m256i levels(const B& b) {
+    if constexpr (kSigned) {
+      return U::levels(b);
+    } else {
+      return U::template levels<Isa>(b);
+    }
+  }
+  // The block's exact integer sum(q * q_a) + kOffset * sum(q_a), in 8 int32 lanes.
+  static __m256i dot(const B& b, const uint8_t* qa) {
+    const __m256i y = load256(qa), q = levels(b);
+    if constexpr (kSigned) {
+      return Isa::dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+    } else {
+      return Isa::dot_u8s8(_mm256_setzero_si256(), q, y);
+    }
+  }
 };
 
 // The 8 int32 lanes of each p[k] summed: lane k of the result (exact, any order).
@@ -108,6 +127,9 @@ void act_side(int64_t nb, const uint8_t* a, ActSide* side) {
     side->d[b] = h2f(y[b].d);
     if constexpr (P::kMin) {
       side->s[b] = h2f(y[b].s);
+      side->corr[b] = 0;
+    } else if constexpr (P::kOffset == 0) {
+      side->s[b] = 0.f;
       side->corr[b] = 0;
     } else {
       const __m256i sum = Isa::dot_u8s8(_mm256_setzero_si256(), ones, load256(y[b].qs));
@@ -168,15 +190,14 @@ template <class U, class Isa>
     if (m == kPhases) {
       EMBER_UNROLL
       for (int k = 0; k < kPhases; ++k) {
-        p[k] = Isa::dot_u8s8(_mm256_setzero_si256(), P::levels(x[g + k]), load256(y[g + k].qs));
+        p[k] = P::dot(x[g + k], reinterpret_cast<const uint8_t*>(y[g + k].qs));
       }
       dm = head_words(x + g, kPhases);
     } else {
       EMBER_UNROLL
       for (int k = 0; k < kPhases; ++k) {
-        p[k] =
-            k < m ? Isa::dot_u8s8(_mm256_setzero_si256(), P::levels(x[g + k]), load256(y[g + k].qs))
-                  : _mm256_setzero_si256();
+        p[k] = k < m ? P::dot(x[g + k], reinterpret_cast<const uint8_t*>(y[g + k].qs))
+                     : _mm256_setzero_si256();
       }
       dm = head_words(x + g, m);
     }

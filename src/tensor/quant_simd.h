@@ -77,7 +77,7 @@ struct KernelOverrides {
 bool cpu_has_avx2();
 KernelOverrides avx2_kernels();
 void add_avx2_gemm(KernelOverrides* o);
-// Q4_0, Q5_0, Q4_1, Q5_1 at that level (legacy_avx2.cc), replacing the tiles' entries.
+// Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 at that level (legacy_avx2.cc), replacing the tiles' entries.
 void add_avx2_legacy(KernelOverrides* o);
 void add_avx2_attention(KernelOverrides* o);    // attention_avx2.cc
 void add_avx2_activations(KernelOverrides* o);  // activation.cc
