@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/quant_blocks.h"
@@ -17,7 +18,8 @@
 // code is compiled for AVX2, so no inline function shared with scalar TUs gets AVX2 code.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
-#include "tensor/gemm_tiles.h"  // IWYU pragma: keep
+#include "tensor/gemm_tiles.h"    // IWYU pragma: keep
+#include "tensor/legacy_phase.h"  // IWYU pragma: keep
 
 namespace ember::tensor::simd {
 namespace {
@@ -31,8 +33,8 @@ struct IsaAvx2 {
   // two rounds, GB/s at 1 / 2 threads): Q8_0 262144x640 1 row 18.3 / 25.1, 2 rows 6.0 / 12.2;
   // Q6_K 65536x1024 1 row 15.9 / 20.9, 4 rows 2.8 / 5.7; Q4_K 65536x1024 1 row 13.7 / 19.7,
   // 4 rows 9.1 / 14.8. On a Zen 3 AVX2 VM (4 KiB pages then) Q8_0 one row was 11-13 ms against
-  // 17-20 ms for 4. The legacy types are replaced by legacy_avx2.cc (one row at a time, in its
-  // own float order).
+  // 17-20 ms for 4. The legacy types run the kernels at the end of this file (one row at a time,
+  // in their own float order).
   static constexpr int decode_rows(DType t) {
     switch (t) {
       case DType::F32:
@@ -43,7 +45,6 @@ struct IsaAvx2 {
         return 1;
     }
   }
-  static constexpr bool kExactU8 = false;  // maddubs saturates int16 pair sums
   // 0x10 in each byte whose bit is set in the 32 bits at p.
   static __m256i bits_to_16(const uint8_t* p) {
     return _mm256_and_si256(tile_bits(p), _mm256_set1_epi8(0x10));
@@ -55,6 +56,23 @@ struct IsaAvx2 {
   static __m256i dot_s16(__m256i acc, __m256i x, __m256i y) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(x, y));
   }
+  // fp16 d (low 16 bits of each 32-bit word of dm) of 8 blocks as floats.
+  static __m256 d_of(__m256i dm) {
+    const __m256i lo16 = _mm256_shuffle_epi8(
+        dm, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5,
+                             8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(lo16, 0x08)));
+  }
+  // fp16 (d, m) pairs of 8 blocks: d0 m0 .. d3 m3 and d4 m4 .. d7 m7 as floats; per 128-bit
+  // lane the even (odd) words of both are d0 d1 d4 d5 | d2 d3 d6 d7, put in order by 64 bits.
+  static void d_m_of(__m256i dm, __m256* d, __m256* m) {
+    const __m256 f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+    const __m256 f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
+    *d = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(f0, f1, _MM_SHUFFLE(2, 0, 2, 0))), 0xD8));
+    *m = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(f0, f1, _MM_SHUFFLE(3, 1, 3, 1))), 0xD8));
+  }
 };
 
 // ---- packed paths for prefill ----
@@ -62,7 +80,7 @@ struct IsaAvx2 {
 // kernel call with the accumulators in registers. Per (row, token, super-block) the same
 // integer and float operations as tile_k, in the same order: the results are bit-identical to
 // the tiles' (and so to vec_dot), while the unpacking is paid once per row. The legacy types'
-// prefill is in legacy_avx2.cc.
+// prefill is at the end of this file.
 
 using PackedRtFn = void (*)(int64_t n, const uint8_t* buf, int r0, const uint8_t* a, size_t as,
                             float* y, size_t ys);
@@ -164,6 +182,184 @@ void add_k_packed(KernelOverrides* o, DType type) {
   g.pack_min_tokens = 4;
 }
 
+// ---- the legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) ----
+// In the block-first float order of legacy_phase.h (its row side is this level's decode, tile
+// and vec_dot), with this level's prefill path for that order: 8 rows are packed with row r's 4
+// levels k..k+3 in 32-bit lane r (a transpose per block), so maddubs against broadcast
+// activation words gives the 8 rows' block sums in the lanes, and one multiply and one FMA
+// scale 8 (row, block) terms. Per (row, token) both compute the same exact integers and the
+// same float operations in the same order, so the results are bit-identical whatever path a
+// token takes (tests/tensor/gemm_test.cc).
+//
+// maddubs multiplies unsigned by signed bytes into saturating int16 pair sums; with levels
+// below 32 and activations within +-127 a pair is at most 2 x 31 x 127 = 7,874, so four pair
+// sums add in int16 without overflow (31,496) before one madd widens them. Q8_0 goes through
+// the sign trick (|q| times q_a with q's sign; legacy_phase.h), whose pair sums (up to 32,512)
+// are widened one by one.
+
+// ---- prefill: 8 rows in the lanes ----
+// Packed block b of 8 rows: 8 x 32 bytes of levels (vector k, 32-bit lane r: row r's levels
+// 4k..4k+3; unsigned, or Q8_0's signed ones), 8 float d_w, 8 float m_w (types with a min; zero
+// otherwise), and for Q8_0 the levels' absolute values in the same layout.
+constexpr int kLanes = 8;
+constexpr size_t kLevelBytes = 8 * 32, kDOff = kLevelBytes, kMOff = kDOff + 32;
+constexpr size_t kAbsOff = kMOff + 32;
+template <class P>
+constexpr size_t kPackedBlock = P::kSigned ? kAbsOff + kLevelBytes : kAbsOff;
+
+template <class U>
+void pack8(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
+  using P = Phase<U, IsaAvx2>;
+  using B = typename P::B;
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_slice(w + kLanes * ws, kLanes * ws, nb, b);  // the next 8 rows (contiguous)
+    uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock<P>;
+    alignas(16) uint16_t d16[kLanes] = {}, m16[kLanes] = {};
+    __m256i r[8];
+    EMBER_UNROLL
+    for (int i = 0; i < kLanes; ++i) {
+      if (i < nr) {
+        const B& blk = reinterpret_cast<const B*>(w + static_cast<size_t>(i) * ws)[b];
+        d16[i] = blk.d;
+        if constexpr (P::kMin) m16[i] = blk.m;
+        r[i] = P::levels(blk);
+      } else {
+        r[i] = _mm256_setzero_si256();
+      }
+    }
+    // 8 x 8 transpose of 32-bit words: out[k] lane i = row i's word k.
+    __m256i t[8], u[8];
+    EMBER_UNROLL
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    EMBER_UNROLL
+    for (int h = 0; h < 8; h += 4) {
+      u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
+      u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
+      u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
+      u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
+    }
+    // u[m] (rows 0..3) and u[4 + m] (rows 4..7), 128-bit lane c: word 4c + m.
+    EMBER_UNROLL
+    for (int m = 0; m < 4; ++m) {
+      const __m256i lo = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
+      const __m256i hi = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * m), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + 32 * (4 + m)), hi);
+      if constexpr (P::kSigned) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + kAbsOff + 32 * m),
+                            _mm256_sign_epi8(lo, lo));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + kAbsOff + 32 * (4 + m)),
+                            _mm256_sign_epi8(hi, hi));
+      }
+    }
+    _mm256_storeu_ps(reinterpret_cast<float*>(pb + kDOff),
+                     _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16))));
+    _mm256_storeu_ps(reinterpret_cast<float*>(pb + kMOff),
+                     _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m16))));
+  }
+}
+
+inline __m256i bcast32(const uint8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+// One token against a packed block of 8 rows: lane r = row r's dot product. q: the token's
+// Q8_0 / Q8_1 blocks (q_stride bytes apart); da, sa, corr per block.
+template <class U>
+__m256 packed8_token(int64_t nb, const uint8_t* buf, const uint8_t* q, size_t q_stride,
+                     const float* da, const float* sa, const int32_t* corr) {
+  using P = Phase<U, IsaAvx2>;
+  // The activation bytes sit after the block's scale words.
+  constexpr size_t kQsOff = P::kMin ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kPhases];
+  EMBER_UNROLL
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t g = 0; g < nb; g += kPhases) {
+    EMBER_UNROLL
+    for (int j = 0; j < kPhases; ++j) {
+      const int64_t b = g + j;
+      if (b >= nb) break;
+      const uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock<P>;
+      const uint8_t* qb = q + static_cast<size_t>(b) * q_stride + kQsOff;
+      __m256i half[2];
+      EMBER_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (P::kSigned) {
+          // Q8_0 pair sums reach 32,512: each widened on its own.
+          __m256i t32 = _mm256_setzero_si256();
+          EMBER_UNROLL
+          for (int k = 4 * h; k < 4 * h + 4; ++k) {
+            const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32 * k));
+            const __m256i ak =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + kAbsOff + 32 * k));
+            const __m256i yk = _mm256_sign_epi8(bcast32(qb + 4 * k), wk);
+            t32 = _mm256_add_epi32(t32, _mm256_madd_epi16(_mm256_maddubs_epi16(ak, yk), ones));
+          }
+          half[h] = t32;
+        } else {
+          __m256i t16 = _mm256_setzero_si256();
+          EMBER_UNROLL
+          for (int k = 4 * h; k < 4 * h + 4; ++k) {
+            const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32 * k));
+            t16 = _mm256_add_epi16(t16, _mm256_maddubs_epi16(wk, bcast32(qb + 4 * k)));
+          }
+          half[h] = _mm256_madd_epi16(t16, ones);
+        }
+      }
+      __m256i s = _mm256_add_epi32(half[0], half[1]);
+      if constexpr (!P::kMin) s = _mm256_add_epi32(s, _mm256_set1_epi32(corr[b]));
+      const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(pb + kDOff)),
+                                      _mm256_set1_ps(da[b]));
+      acc[j] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc[j]);
+      if constexpr (P::kMin) {
+        acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(pb + kMOff)),
+                                 _mm256_set1_ps(sa[b]), acc[j]);
+      }
+    }
+  }
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                       _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+}
+
+// A run of rows (a matmul task) against nt tokens: the activation side once per token, then
+// blocks of 8 rows packed into L1 scratch and dotted against every token.
+template <class U>
+void phase_packed_run_avx2(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, const uint8_t* a,
+                           size_t as, int64_t nt, float* y, size_t ys) {
+  using P = Phase<U, IsaAvx2>;
+  const int64_t nb = n / kQK;
+  const size_t nbs = static_cast<size_t>(nb), nts = static_cast<size_t>(nt);
+  thread_local std::vector<ActSide> sides;
+  thread_local std::vector<uint8_t> buf;
+  if (sides.size() < nts) sides.resize(nts);
+  for (size_t t = 0; t < nts; ++t) act_side<U, IsaAvx2>(nb, a + t * as, &sides[t]);
+  if (buf.size() < nbs * kPackedBlock<P>) buf.resize(nbs * kPackedBlock<P>);
+  const size_t q_stride = as / static_cast<size_t>(nb);  // bytes per activation block
+  alignas(32) float out[kLanes];
+  for (int64_t r = 0; r < nrows; r += kLanes) {
+    const int nr = static_cast<int>(std::min<int64_t>(kLanes, nrows - r));
+    pack8<U>(nb, w + static_cast<size_t>(r) * ws, ws, nr, buf.data());
+    for (size_t t = 0; t < nts; ++t) {
+      const ActSide& side = sides[t];
+      const __m256 v = packed8_token<U>(nb, buf.data(), a + t * as, q_stride, side.d.data(),
+                                        side.s.data(), side.corr.data());
+      float* yt = y + t * ys + static_cast<size_t>(r);
+      if (nr == kLanes) {
+        _mm256_storeu_ps(yt, v);
+      } else {
+        _mm256_store_ps(out, v);
+        std::copy(out, out + nr, yt);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // vec_dot is the 1 x 1 tile: every output, whatever the tile it comes from, accumulates in the
@@ -171,7 +367,16 @@ void add_k_packed(KernelOverrides* o, DType type) {
 // hit or miss) and equal vec_dot of the row with its quantized activation.
 void add_avx2_gemm(KernelOverrides* o) {
   register_tiles<IsaAvx2>(o, true);
-  add_avx2_legacy(o);  // Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: block-first order (legacy_phase.h)
+  add_phase_kernels<UnpackQ8_0, IsaAvx2>(o, DType::Q8_0, &phase_packed_run_avx2<UnpackQ8_0>,
+                                         kLanes);
+  add_phase_kernels<UnpackUQ4_0, IsaAvx2>(o, DType::Q4_0, &phase_packed_run_avx2<UnpackUQ4_0>,
+                                          kLanes);
+  add_phase_kernels<UnpackUQ5_0, IsaAvx2>(o, DType::Q5_0, &phase_packed_run_avx2<UnpackUQ5_0>,
+                                          kLanes);
+  add_phase_kernels<UnpackQ4_1, IsaAvx2>(o, DType::Q4_1, &phase_packed_run_avx2<UnpackQ4_1>,
+                                         kLanes);
+  add_phase_kernels<UnpackQ5_1, IsaAvx2>(o, DType::Q5_1, &phase_packed_run_avx2<UnpackQ5_1>,
+                                         kLanes);
   add_k_packed<UnpackQ4_K>(o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(o, DType::Q6_K);

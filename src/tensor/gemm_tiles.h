@@ -1,7 +1,8 @@
 // GEMM micro-kernels ("tiles"): a block of NR weight rows times NT activation rows, with the
 // NR x NT accumulators kept in registers so each weight block is loaded and unpacked once for
-// NT tokens (and each activation block once for NR rows). Written once as templates over an ISA
-// policy (Isa::dot_u8s8 / Isa::dot_s16 add 4 u8*s8 / 2 s16*s16 products into each int32 lane)
+// NT tokens (and each activation block once for NR rows), for the float and K types (the legacy
+// types' kernels are in legacy_phase.h, which uses the level unpackers below). Written once as
+// templates over an ISA policy (Isa::dot_s16 adds 2 s16*s16 products into each int32 lane)
 // and instantiated by the translation units that include this header after their
 // `#pragma GCC target` (gemm_avx2.cc, quant_avx512.cc). Everything here has internal linkage,
 // so each including TU gets its own copy compiled for its target.
@@ -135,8 +136,8 @@ void tile_float(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t
   }
 }
 
-// ---- legacy 32-element blocks against Q8_0 activations ----
-// Each unpacker yields the block's 32 levels as signed bytes and its scale.
+// ---- legacy 32-element blocks: their levels, for legacy_phase.h ----
+// Each unpacker yields a block's 32 levels, element order, in one vector.
 
 // 16 bytes of nibbles -> 32 bytes: low nibbles first (elements 0..15), then high (16..31).
 // (The 16 bytes broadcast to both halves, the high half shifted by 4: three instructions, one
@@ -159,64 +160,13 @@ inline __m256i tile_bits(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
 }
 
+// Signed levels q (Q8_0 as stored), for a level without exact u8 x s8 products at 255.
 struct UnpackQ8_0 {
   using Block = BlockQ8_0;
   static __m256i levels(const Block& b) { return load256(b.qs); }
 };
-struct UnpackQ4_0 {
-  using Block = BlockQ4_0;
-  static __m256i levels(const Block& b) {
-    return _mm256_sub_epi8(tile_nibbles(b.qs), _mm256_set1_epi8(8));
-  }
-};
-struct UnpackQ5_0 {
-  using Block = BlockQ5_0;
-  static __m256i levels(const Block& b) {
-    // q - 16 = nibble when the 5th bit is set, else nibble - 16 (= nibble | 0xF0 as int8).
-    const __m256i hi =
-        _mm256_andnot_si256(tile_bits(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
-    return _mm256_or_si256(tile_nibbles(b.qs), hi);
-  }
-};
 
-template <class Isa, class U, int NR, int NT>
-void tile_legacy(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
-                 size_t ys) {
-  using B = typename U::Block;
-  __m256 acc[NR][NT];
-  zero_tile(acc);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    prefetch_ahead<NR>(w, ws, i * sizeof(B));
-    // u8 * s8 products: |x| times y with x's sign moved onto y.
-    __m256i ax[NR], sx[NR];
-    __m256 dx[NR];
-    EMBER_UNROLL
-    for (int r = 0; r < NR; ++r) {
-      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
-      sx[r] = U::levels(b);
-      ax[r] = _mm256_sign_epi8(sx[r], sx[r]);
-      dx[r] = _mm256_set1_ps(h2f(b.d));
-    }
-    EMBER_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_0& yb = reinterpret_cast<const BlockQ8_0*>(a + t * as)[i];
-      const __m256i qy = load256(yb.qs);
-      const __m256 dy = _mm256_set1_ps(h2f(yb.d));
-      EMBER_UNROLL
-      for (int r = 0; r < NR; ++r) {
-        const __m256i p = Isa::dot_u8s8(_mm256_setzero_si256(), ax[r], _mm256_sign_epi8(qy, sx[r]));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), _mm256_cvtepi32_ps(p), acc[r][t]);
-      }
-    }
-  }
-  store_tile<NR, NT>(acc, y, ys);
-}
-
-// Unsigned variant: the unpacker yields levels u = q + kOffset in [0, 255] and
-// sum(q * y) = sum(u * y) - kOffset * sum(y), where kOffset * sum(y) (per int32 lane, the same
-// lanes as the main product) is one more u8 x s8 product per token, shared by the NR rows. This
-// needs no sign juggling per (row, token) pair. With maddubs (AVX2) u must stay < 128 or a pair
-// sum can saturate, so Q8_0 (u up to 255) uses it only where Isa::kExactU8 (VNNI).
+// Unsigned levels u = q + kOffset in [0, 255]: sum(q * y) = sum(u * y) - kOffset * sum(y).
 struct UnpackUQ8_0 {
   using Block = BlockQ8_0;
   static constexpr int kOffset = 128;
@@ -242,43 +192,7 @@ struct UnpackUQ5_0 {
   }
 };
 
-template <class Isa, class U, int NR, int NT>
-void tile_legacy_u(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
-                   size_t ys) {
-  using B = typename U::Block;
-  __m256 acc[NR][NT];
-  zero_tile(acc);
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(U::kOffset));
-  const __m256i zero = _mm256_setzero_si256();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    prefetch_ahead<NR>(w, ws, i * sizeof(B));
-    __m256i ux[NR];
-    __m256 dx[NR];
-    EMBER_UNROLL
-    for (int r = 0; r < NR; ++r) {
-      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
-      ux[r] = U::template levels<Isa>(b);
-      dx[r] = _mm256_set1_ps(h2f(b.d));
-    }
-    EMBER_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_0& yb = reinterpret_cast<const BlockQ8_0*>(a + t * as)[i];
-      const __m256i qy = load256(yb.qs);
-      const __m256 dy = _mm256_set1_ps(h2f(yb.d));
-      const __m256i neg = _mm256_sub_epi32(zero, Isa::dot_u8s8(zero, offset, qy));
-      EMBER_UNROLL
-      for (int r = 0; r < NR; ++r) {
-        const __m256i p = Isa::dot_u8s8(neg, ux[r], qy);
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), _mm256_cvtepi32_ps(p), acc[r][t]);
-      }
-    }
-  }
-  store_tile<NR, NT>(acc, y, ys);
-}
-
-// ---- Q4_1 / Q5_1 against Q8_1: x = d * q + m with unsigned q, so
-// dot = dx * dy * sum(q * y) + m * s_y, s_y = dy * sum(y) stored in the Q8_1 block. The m * s_y
-// term rides in lane 0 of the accumulator (the final horizontal sum adds it in).
+// Q4_1 / Q5_1 (x = d * q + m): their unsigned levels q.
 struct UnpackQ4_1 {
   using Block = BlockQ4_1;
   template <class Isa>
@@ -293,53 +207,6 @@ struct UnpackQ5_1 {
     return _mm256_or_si256(tile_nibbles(b.qs), Isa::bits_to_16(b.qh));
   }
 };
-
-template <class Isa, class U, int NR, int NT>
-void tile_legacy_min(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
-                     size_t ys) {
-  using B = typename U::Block;
-  static_assert(NR <= 4, "four (d, m) pairs per conversion");
-  static_assert(offsetof(B, m) == offsetof(B, d) + sizeof(uint16_t), "d, m adjacent");
-  __m256 acc[NR][NT];
-  zero_tile(acc);
-  const __m256i zero = _mm256_setzero_si256();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    prefetch_ahead<NR>(w, ws, i * sizeof(B));
-    __m256i ux[NR];
-    __m256 dx[NR], mx[NR];
-    // The NR rows' (d, m) fp16 pairs converted in one instruction, then broadcast by permutes
-    // (the same floats as NR x 2 scalar conversions, in fewer instructions). The vector is set
-    // from lanes, not built by inserts at the loop index: at -O1 that index is no constant.
-    int dm[4] = {0, 0, 0, 0};
-    EMBER_UNROLL
-    for (int r = 0; r < NR; ++r) {
-      const B& b = reinterpret_cast<const B*>(w + r * ws)[i];
-      ux[r] = U::template levels<Isa>(b);
-      __builtin_memcpy(&dm[r], &b.d, sizeof dm[r]);
-    }
-    const __m256 dmf =
-        _mm256_cvtph_ps(_mm_setr_epi32(dm[0], dm[1], dm[2], dm[3]));  // d0 m0 d1 m1 ..
-    EMBER_UNROLL
-    for (int r = 0; r < NR; ++r) {
-      dx[r] = _mm256_permutevar8x32_ps(dmf, _mm256_set1_epi32(2 * r));
-      mx[r] = _mm256_permutevar8x32_ps(dmf, _mm256_set1_epi32(2 * r + 1));
-    }
-    EMBER_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_1& yb = reinterpret_cast<const BlockQ8_1*>(a + t * as)[i];
-      const __m256i qy = load256(yb.qs);
-      const __m256 dy = _mm256_set1_ps(h2f(yb.d));
-      const __m256 sy = _mm256_zextps128_ps256(_mm_set_ss(h2f(yb.s)));
-      EMBER_UNROLL
-      for (int r = 0; r < NR; ++r) {
-        const __m256i p = Isa::dot_u8s8(zero, ux[r], qy);
-        const __m256 v = _mm256_fmadd_ps(mx[r], sy, acc[r][t]);
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), _mm256_cvtepi32_ps(p), v);
-      }
-    }
-  }
-  store_tile<NR, NT>(acc, y, ys);
-}
 
 // ---- K types against Q8_K activations ----
 // Every K type unpacks a super-block into 8 vectors of 32 unsigned levels (< 64, so a maddubs
@@ -567,30 +434,6 @@ void k_pack(int64_t n, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
 using TileFn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, size_t);
 
 template <class Isa, class U>
-struct LegacyK {
-  template <int R, int T>
-  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
-                  size_t ys) {
-    tile_legacy<Isa, U, R, T>(n, w, ws, a, as, y, ys);
-  }
-};
-template <class Isa, class U>
-struct LegacyUK {
-  template <int R, int T>
-  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
-                  size_t ys) {
-    tile_legacy_u<Isa, U, R, T>(n, w, ws, a, as, y, ys);
-  }
-};
-template <class Isa, class U>
-struct LegacyMinK {
-  template <int R, int T>
-  static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
-                  size_t ys) {
-    tile_legacy_min<Isa, U, R, T>(n, w, ws, a, as, y, ys);
-  }
-};
-template <class Isa, class U>
 struct SuperK {
   template <int R, int T>
   static void run(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* y,
@@ -649,7 +492,8 @@ float dot_1x1(int64_t n, const void* w, const void* a) {
   return y;
 }
 
-// Puts this ISA level's tiles (and, with dots, its 1 x 1 tiles as vec_dot) into o.
+// Puts this ISA level's tiles (and, with dots, its 1 x 1 tiles as vec_dot) into o: the float
+// and K types. The legacy types' kernels are legacy_phase.h's (add_phase_kernels).
 template <class Isa>
 void register_tiles(KernelOverrides* o, bool dots) {
   static_assert(
@@ -670,16 +514,7 @@ void register_tiles(KernelOverrides* o, bool dots) {
   };
   add(DType::F32, FloatK<Isa, LoadF32>{});
   add(DType::F16, FloatK<Isa, LoadF16>{});
-  if constexpr (Isa::kExactU8) {
-    add(DType::Q8_0, LegacyUK<Isa, UnpackUQ8_0>{});
-  } else {
-    add(DType::Q8_0, LegacyK<Isa, UnpackQ8_0>{});
-  }
-  add(DType::Q4_0, LegacyUK<Isa, UnpackUQ4_0>{});
-  add(DType::Q5_0, LegacyUK<Isa, UnpackUQ5_0>{});
   add(DType::BF16, FloatK<Isa, LoadBF16>{});
-  add(DType::Q4_1, LegacyMinK<Isa, UnpackQ4_1>{});
-  add(DType::Q5_1, LegacyMinK<Isa, UnpackQ5_1>{});
   add(DType::Q2_K, SuperK<Isa, UnpackQ2_K>{});
   add(DType::Q4_K, SuperK<Isa, UnpackQ4_K>{});
   add(DType::Q5_K, SuperK<Isa, UnpackQ5_K>{});

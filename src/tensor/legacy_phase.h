@@ -1,6 +1,6 @@
 // The legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) in a block-first float order: the row
-// (decode) side, shared by the levels that use this order (legacy_avx512.cc for avx512-vnni,
-// legacy_avx2.cc for avx2), each with its own packed prefill path computing the same thing.
+// (decode) side, shared by the levels that use this order (quant_avx512.cc for avx512-vnni,
+// gemm_avx2.cc for avx2), each with its own packed prefill path computing the same thing.
 //
 // Order (every path of a level that uses it: decode rows, tiles, prefill, vec_dot): for weight
 // row w and activation row a, each block b's integer sum s_b = sum(q_w * q_a) is exact; the
@@ -39,25 +39,6 @@ namespace ember::tensor::simd {
 namespace {  // NOLINT: deliberately one private copy per including TU (different targets)
 
 constexpr int kPhases = 8;
-
-// AVX2 forms of Isa::d_of / Isa::d_m_of (an Isa may use them).
-inline __m256 d_of_avx2(__m256i dm) {
-  // The low 16 bits of each 32-bit word, packed into the low 128 bits.
-  const __m256i lo16 = _mm256_shuffle_epi8(
-      dm, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
-                           9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
-  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(lo16, 0x08)));
-}
-inline void d_m_of_avx2(__m256i dm, __m256* d, __m256* m) {
-  // d0 m0 .. d3 m3 and d4 m4 .. d7 m7 as floats; per 128-bit lane the even (odd) words of both
-  // are d0 d1 d4 d5 | d2 d3 d6 d7, put in order by their 64-bit pairs.
-  const __m256 f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
-  const __m256 f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
-  *d = _mm256_castpd_ps(_mm256_permute4x64_pd(
-      _mm256_castps_pd(_mm256_shuffle_ps(f0, f1, _MM_SHUFFLE(2, 0, 2, 0))), 0xD8));
-  *m = _mm256_castpd_ps(_mm256_permute4x64_pd(
-      _mm256_castps_pd(_mm256_shuffle_ps(f0, f1, _MM_SHUFFLE(3, 1, 3, 1))), 0xD8));
-}
 
 template <class U, class Isa>
 struct Phase {

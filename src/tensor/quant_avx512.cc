@@ -2,8 +2,8 @@
 // dot products fuse into vpdpbusd / vpdpwssd, and the 32 vector registers hold 4 x 4 tiles of
 // accumulators. Vectors stay 256 bits wide (a legacy block is 32 bytes; a K sub-block is 32
 // levels), which also avoids 512-bit frequency effects. The 1 x 1 tiles are this level's
-// vec_dot kernels. The legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) are replaced by
-// legacy_avx512.cc, which reduces each block to one integer before any float work. Chosen at run
+// vec_dot kernels. The legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) have their own kernels at
+// the end, which reduce each block to one integer before any float work. Chosen at run
 // time by quant.cc when the CPU has these features (Debian's Highway emits no VNNI, hence
 // intrinsics).
 #include <immintrin.h>
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/quant_blocks.h"
@@ -27,7 +28,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include "tensor/gemm_tiles.h"  // IWYU pragma: keep
+#include "tensor/gemm_tiles.h"    // IWYU pragma: keep
+#include "tensor/legacy_phase.h"  // IWYU pragma: keep
 
 namespace ember::tensor::simd {
 namespace {
@@ -37,8 +39,8 @@ struct IsaAvx512Vnni {
   // Rows per single-token (decode) tile; see IsaAvx2::decode_rows for why one sequential
   // stream beats interleaved rows. Measured here (kernels_bench, AMD EPYC Zen 4 VM, 2 MiB pages,
   // medians of three rounds, GB/s at 1 / 2 threads): Q6_K 65536x1024 1 row 18.2 / 29.0, 4 rows
-  // 4.4 / 7.9; Q4_K 65536x1024 1 row 14.3 / 24.8, 4 rows 10.9 / 19.2. The legacy types' entries
-  // are replaced by legacy_avx512.cc (one row at a time, in its own float order).
+  // 4.4 / 7.9; Q4_K 65536x1024 1 row 14.3 / 24.8, 4 rows 10.9 / 19.2. The legacy types run the
+  // kernels at the end of this file (one row at a time, in their own float order).
   static constexpr int decode_rows(DType t) {
     switch (t) {
       case DType::F32:
@@ -49,7 +51,6 @@ struct IsaAvx512Vnni {
         return 1;
     }
   }
-  static constexpr bool kExactU8 = true;
   // 0x10 in each byte whose bit is set in the 32 bits at p (one mask move, no shuffles).
   static __m256i bits_to_16(const uint8_t* p) {
     uint32_t bits;
@@ -61,6 +62,15 @@ struct IsaAvx512Vnni {
   }
   static __m256i dot_s16(__m256i acc, __m256i x, __m256i y) {
     return _mm256_dpwssd_epi32(acc, x, y);
+  }
+  // fp16 d (low 16 bits of each 32-bit word of dm) of 8 blocks, and (d, m) pairs, as floats.
+  static __m256 d_of(__m256i dm) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dm)); }
+  static void d_m_of(__m256i dm, __m256* d, __m256* m) {
+    const __m512 f = _mm512_cvtph_ps(dm);  // d0 m0 d1 m1 ..
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+    *d = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, f));
+    *m = _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, f));
   }
 };
 
@@ -197,13 +207,239 @@ void add_k_packed(KernelOverrides* o, DType t) {
   g.pack_min_tokens = 4;
 }
 
+// ---- the legacy types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) ----
+// In the block-first float order of legacy_phase.h (its row side is this level's decode, tile
+// and vec_dot), with this level's prefill path for that order: 16 rows are packed with row r's
+// 4 levels k..k+3 in 32-bit lane r (a transpose), so 8 vpdpbusd against broadcast activation
+// words give the 16 rows' block sums directly, and one multiply and one FMA scale 16 (row,
+// block) terms. Per (row, token) both compute the same exact integers and the same float
+// operations in the same order, so the results are bit-identical whatever path a token takes
+// (tests/tensor/gemm_test.cc).
+
+// ---- prefill: 16 rows in the lanes ----
+// Packed block b of 16 rows: 8 x 64 bytes of levels (vector k, 32-bit lane r: row r's levels
+// 4k..4k+3), 16 float d_w, then 16 int32 128 * sum(q_w) (offset types) or 16 float m_w.
+// Offset types hold signed levels q and dot them against unsigned activations q_a + 128
+// (vpdpbusd multiplies unsigned by signed bytes): sum((q_a + 128) q) - 128 sum(q) = sum(q_a q).
+// The types with a min hold their unsigned levels and dot them against the signed q_a.
+constexpr int kLanes = 16;
+constexpr size_t kLevelBytes = 8 * 64, kDOff = kLevelBytes, kXOff = kDOff + 64;
+constexpr size_t kPackedBlock = kXOff + 64;
+
+template <class U>
+void pack16(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
+  using P = Phase<U, IsaAvx512Vnni>;
+  using B = typename P::B;
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(P::kOffset));
+  const __m512i idx_lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i idx_hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_slice(w + kLanes * ws, kLanes * ws, nb, b);  // the next 16 rows (contiguous)
+    uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
+    alignas(32) uint16_t d16[kLanes] = {}, m16[kLanes] = {};
+    // z[r] = rows r | r + 8 (missing rows zero); then per 256-bit half an 8 x 8 transpose of
+    // 32-bit words.
+    __m512i z[8], t[8], u[8];
+    const auto row_levels = [&](int r) {
+      if (r >= nr) return _mm256_setzero_si256();
+      const B& blk = reinterpret_cast<const B*>(w + static_cast<size_t>(r) * ws)[b];
+      d16[r] = blk.d;
+      if constexpr (P::kMin) m16[r] = blk.m;
+      const __m256i lu = P::levels(blk);
+      return P::kMin ? lu : _mm256_sub_epi8(lu, offset);
+    };
+    EMBER_UNROLL
+    for (int r = 0; r < 8; ++r) {
+      z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(row_levels(r)), row_levels(r + 8), 1);
+    }
+    EMBER_UNROLL
+    for (int r = 0; r < 8; r += 2) {
+      t[r] = _mm512_unpacklo_epi32(z[r], z[r + 1]);
+      t[r + 1] = _mm512_unpackhi_epi32(z[r], z[r + 1]);
+    }
+    EMBER_UNROLL
+    for (int h = 0; h < 8; h += 4) {
+      u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+      u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+      u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+      u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+    }
+    // u[m] (rows 0..3 | 8..11) and u[4 + m] (rows 4..7 | 12..15), 128-bit chunk c: word
+    // 4 (c % 2) + m. Vector k = 4h + m takes chunk h of each.
+    __m512i out[8];
+    EMBER_UNROLL
+    for (int m = 0; m < 4; ++m) {
+      out[m] = _mm512_permutex2var_epi64(u[m], idx_lo, u[4 + m]);
+      out[4 + m] = _mm512_permutex2var_epi64(u[m], idx_hi, u[4 + m]);
+    }
+    __m512i qsum = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1);
+    EMBER_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      _mm512_storeu_si512(pb + 64 * k, out[k]);
+      if constexpr (!P::kMin) qsum = _mm512_dpbusd_epi32(qsum, ones, out[k]);
+    }
+    _mm512_storeu_ps(pb + kDOff,
+                     _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
+    if constexpr (P::kMin) {
+      _mm512_storeu_ps(pb + kXOff,
+                       _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16))));
+    } else {
+      _mm512_storeu_si512(pb + kXOff, _mm512_slli_epi32(qsum, 7));
+    }
+  }
+}
+
+inline __m512i bcast32(const uint8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// NT tokens (1 or 2) against a packed block of 16 rows: lane r of out[t] = row r's dot product
+// with token t; each packed weight vector is loaded once for the NT tokens. qa[t]: token t's 32
+// activation bytes per block, qa_stride apart (offset types: q_a + 128); da[t] / sa[t] per block.
+template <class U, int NT>
+void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* qa, size_t qa_stride,
+                     const float* const* da, const float* const* sa, __m512* out) {
+  using P = Phase<U, IsaAvx512Vnni>;
+  __m512 acc[kPhases][NT];
+  EMBER_UNROLL
+  for (auto& row : acc) {
+    EMBER_UNROLL
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+  for (int64_t g = 0; g < nb; g += kPhases) {
+    EMBER_UNROLL
+    for (int j = 0; j < kPhases; ++j) {
+      const int64_t b = g + j;
+      if (b >= nb) break;
+      const uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
+      // Two chains of four per token: eight dependent vpdpbusd would be latency-bound.
+      __m512i s2[NT][2];
+      EMBER_UNROLL
+      for (int t = 0; t < NT; ++t) s2[t][0] = s2[t][1] = _mm512_setzero_si512();
+      EMBER_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const __m512i wk = _mm512_loadu_si512(pb + 64 * k);
+        EMBER_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          const __m512i yk = bcast32(qa[t] + static_cast<size_t>(b) * qa_stride + 4 * k);
+          if constexpr (P::kMin) {
+            s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], wk, yk);
+          } else {
+            s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], yk, wk);
+          }
+        }
+      }
+      const __m512 dw = _mm512_loadu_ps(pb + kDOff);
+      EMBER_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        __m512i s = _mm512_add_epi32(s2[t][0], s2[t][1]);
+        if constexpr (!P::kMin) s = _mm512_sub_epi32(s, _mm512_loadu_si512(pb + kXOff));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b]));
+        acc[j][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[j][t]);
+        if constexpr (P::kMin) {
+          acc[j][t] =
+              _mm512_fmadd_ps(_mm512_loadu_ps(pb + kXOff), _mm512_set1_ps(sa[t][b]), acc[j][t]);
+        }
+      }
+    }
+  }
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    out[t] = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[4][t]), _mm512_add_ps(acc[2][t], acc[6][t])),
+        _mm512_add_ps(_mm512_add_ps(acc[1][t], acc[5][t]), _mm512_add_ps(acc[3][t], acc[7][t])));
+  }
+}
+
+// A run of rows (a matmul task) against nt tokens: the activation side once, then blocks of 16
+// rows packed into L1 scratch and dotted against every token.
+template <class U>
+void phase_packed_run(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, const uint8_t* a,
+                      size_t as, int64_t nt, float* y, size_t ys) {
+  using P = Phase<U, IsaAvx512Vnni>;
+  const int64_t nb = n / kQK;
+  const size_t nbs = static_cast<size_t>(nb);
+  thread_local std::vector<uint8_t> qa, buf;
+  thread_local std::vector<float> da, sa;
+  const size_t nts = static_cast<size_t>(nt);
+  if (da.size() < nts * nbs) {
+    da.resize(nts * nbs);
+    sa.resize(nts * nbs);
+  }
+  const auto* yb = reinterpret_cast<const typename P::Y*>(a);
+  const size_t ystride = as / sizeof(typename P::Y);  // blocks per activation row
+  if constexpr (!P::kMin) {
+    if (qa.size() < nts * nbs * kQK) qa.resize(nts * nbs * kQK);
+  }
+  for (size_t t = 0; t < nts; ++t) {
+    for (size_t b = 0; b < nbs; ++b) {
+      const auto& blk = yb[t * ystride + b];
+      da[t * nbs + b] = h2f(blk.d);
+      if constexpr (P::kMin) {
+        sa[t * nbs + b] = h2f(blk.s);
+      } else {
+        _mm256_storeu_si256(
+            reinterpret_cast<__m256i*>(qa.data() + (t * nbs + b) * kQK),
+            _mm256_xor_si256(load256(blk.qs), _mm256_set1_epi8(static_cast<char>(0x80))));
+      }
+    }
+  }
+  if (buf.size() < nbs * kPackedBlock) buf.resize(nbs * kPackedBlock);
+  for (int64_t r = 0; r < nrows; r += kLanes) {
+    const int nr = static_cast<int>(std::min<int64_t>(kLanes, nrows - r));
+    pack16<U>(nb, w + static_cast<size_t>(r) * ws, ws, nr, buf.data());
+    const __mmask16 live = static_cast<__mmask16>((1u << nr) - 1);
+    const auto token_q = [&](size_t t) -> const uint8_t* {
+      if constexpr (P::kMin) {
+        return reinterpret_cast<const uint8_t*>(yb[t * ystride].qs);
+      } else {
+        return qa.data() + t * nbs * kQK;
+      }
+    };
+    const size_t qs = P::kMin ? sizeof(typename P::Y) : kQK;
+    size_t t = 0;
+    // Tokens in pairs for the types with a min (kernels_bench, 1 thread: Q4_1 2048x640 at 64
+    // tokens 1,159 -> 875 us, 131072x576 at 8 tokens 11.9 -> 9.0 ms); one at a time for the
+    // offset types, where pairs measured 5% slower (Q5_0 1024x640 439 -> 462 us).
+    for (; P::kMin && t + 2 <= nts; t += 2) {
+      const uint8_t* q[2] = {token_q(t), token_q(t + 1)};
+      const float* d2[2] = {da.data() + t * nbs, da.data() + (t + 1) * nbs};
+      const float* s2[2] = {sa.data() + t * nbs, sa.data() + (t + 1) * nbs};
+      __m512 v[2];
+      packed16_tokens<U, 2>(nb, buf.data(), q, qs, d2, s2, v);
+      _mm512_mask_storeu_ps(y + t * ys + static_cast<size_t>(r), live, v[0]);
+      _mm512_mask_storeu_ps(y + (t + 1) * ys + static_cast<size_t>(r), live, v[1]);
+    }
+    for (; t < nts; ++t) {
+      const uint8_t* q[1] = {token_q(t)};
+      const float* d1[1] = {da.data() + t * nbs};
+      const float* s1[1] = {sa.data() + t * nbs};
+      __m512 v[1];
+      packed16_tokens<U, 1>(nb, buf.data(), q, qs, d1, s1, v);
+      _mm512_mask_storeu_ps(y + t * ys + static_cast<size_t>(r), live, v[0]);
+    }
+  }
+}
+
 }  // namespace
 
 KernelOverrides avx512_kernels() {
   KernelOverrides o;
   if (!cpu_has_avx512_vnni()) return o;
   register_tiles<IsaAvx512Vnni>(&o, true);
-  add_avx512_legacy(&o);  // Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: their own order (legacy_avx512.cc)
+  add_phase_kernels<UnpackUQ8_0, IsaAvx512Vnni>(&o, DType::Q8_0, &phase_packed_run<UnpackUQ8_0>,
+                                                kLanes);
+  add_phase_kernels<UnpackUQ4_0, IsaAvx512Vnni>(&o, DType::Q4_0, &phase_packed_run<UnpackUQ4_0>,
+                                                kLanes);
+  add_phase_kernels<UnpackUQ5_0, IsaAvx512Vnni>(&o, DType::Q5_0, &phase_packed_run<UnpackUQ5_0>,
+                                                kLanes);
+  add_phase_kernels<UnpackQ4_1, IsaAvx512Vnni>(&o, DType::Q4_1, &phase_packed_run<UnpackQ4_1>,
+                                               kLanes);
+  add_phase_kernels<UnpackQ5_1, IsaAvx512Vnni>(&o, DType::Q5_1, &phase_packed_run<UnpackQ5_1>,
+                                               kLanes);
   add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(&o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);

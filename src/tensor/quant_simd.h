@@ -77,15 +77,11 @@ struct KernelOverrides {
 bool cpu_has_avx2();
 KernelOverrides avx2_kernels();
 void add_avx2_gemm(KernelOverrides* o);
-// Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 at that level (legacy_avx2.cc), replacing the tiles' entries.
-void add_avx2_legacy(KernelOverrides* o);
 void add_avx2_attention(KernelOverrides* o);    // attention_avx2.cc
 void add_avx2_activations(KernelOverrides* o);  // activation.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
-// The legacy types' kernels of that level (legacy_avx512.cc), replacing the tiles' entries.
-void add_avx512_legacy(KernelOverrides* o);
 
 }  // namespace ember::tensor::simd
 

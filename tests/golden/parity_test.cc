@@ -172,7 +172,7 @@ struct Tolerance {
 // On the real models the single largest logit difference over the 1,280 (Gemma) and 1,600
 // (SmolLM2) compared is a tail that moves with the summation order while the bulk does not:
 // at avx512-vnni, Gemma's max was 1.22 with the legacy tiles' order and 1.54 with
-// legacy_avx512.cc's (median 0.17 and 90th percentile 0.45-0.46 in both; SmolLM2 max 0.72 /
+// legacy_phase.h's (median 0.17 and 90th percentile 0.45-0.46 in both; SmolLM2 max 0.72 /
 // 0.88, p90 0.32 both). So the bulk is held tight (p90) and the tail loosely (max).
 constexpr Tolerance kFixtureTolerance{0.3, 0.3, 0.05, 0.0};
 constexpr Tolerance kRealModelTolerance{1.75, 0.6, 0.5, 0.5};
