@@ -217,20 +217,18 @@ void add_k_packed(KernelOverrides* o, DType t) {
 // (tests/tensor/gemm_test.cc).
 
 // ---- prefill: 16 rows in the lanes ----
-// Packed block b of 16 rows: 8 x 64 bytes of levels (vector k, 32-bit lane r: row r's levels
-// 4k..4k+3), 16 float d_w, then 16 int32 128 * sum(q_w) (offset types) or 16 float m_w.
-// Offset types hold signed levels q and dot them against unsigned activations q_a + 128
-// (vpdpbusd multiplies unsigned by signed bytes): sum((q_a + 128) q) - 128 sum(q) = sum(q_a q).
-// The types with a min hold their unsigned levels and dot them against the signed q_a.
+// Packed block b of 16 rows: 8 x 64 bytes of the unsigned levels (vector k, 32-bit lane r: row
+// r's levels 4k..4k+3), 16 float d_w, 16 float m_w (types with a min; zero otherwise). vpdpbusd
+// dots them against the signed q_a; the offset types then add the activation side's
+// -kOffset * sum(q_a), as the row side does.
 constexpr int kLanes = 16;
-constexpr size_t kLevelBytes = 8 * 64, kDOff = kLevelBytes, kXOff = kDOff + 64;
-constexpr size_t kPackedBlock = kXOff + 64;
+constexpr size_t kLevelBytes = 8 * 64, kDOff = kLevelBytes, kMOff = kDOff + 64;
+constexpr size_t kPackedBlock = kMOff + 64;
 
 template <class U>
 void pack16(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   using P = Phase<U, IsaAvx512Vnni>;
   using B = typename P::B;
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(P::kOffset));
   const __m512i idx_lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
   const __m512i idx_hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
   for (int64_t b = 0; b < nb; ++b) {
@@ -245,8 +243,7 @@ void pack16(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
       const B& blk = reinterpret_cast<const B*>(w + static_cast<size_t>(r) * ws)[b];
       d16[r] = blk.d;
       if constexpr (P::kMin) m16[r] = blk.m;
-      const __m256i lu = P::levels(blk);
-      return P::kMin ? lu : _mm256_sub_epi8(lu, offset);
+      return P::levels(blk);
     };
     EMBER_UNROLL
     for (int r = 0; r < 8; ++r) {
@@ -266,27 +263,15 @@ void pack16(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
     }
     // u[m] (rows 0..3 | 8..11) and u[4 + m] (rows 4..7 | 12..15), 128-bit chunk c: word
     // 4 (c % 2) + m. Vector k = 4h + m takes chunk h of each.
-    __m512i out[8];
     EMBER_UNROLL
     for (int m = 0; m < 4; ++m) {
-      out[m] = _mm512_permutex2var_epi64(u[m], idx_lo, u[4 + m]);
-      out[4 + m] = _mm512_permutex2var_epi64(u[m], idx_hi, u[4 + m]);
-    }
-    __m512i qsum = _mm512_setzero_si512();
-    const __m512i ones = _mm512_set1_epi8(1);
-    EMBER_UNROLL
-    for (int k = 0; k < 8; ++k) {
-      _mm512_storeu_si512(pb + 64 * k, out[k]);
-      if constexpr (!P::kMin) qsum = _mm512_dpbusd_epi32(qsum, ones, out[k]);
+      _mm512_storeu_si512(pb + 64 * m, _mm512_permutex2var_epi64(u[m], idx_lo, u[4 + m]));
+      _mm512_storeu_si512(pb + 64 * (4 + m), _mm512_permutex2var_epi64(u[m], idx_hi, u[4 + m]));
     }
     _mm512_storeu_ps(pb + kDOff,
                      _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
-    if constexpr (P::kMin) {
-      _mm512_storeu_ps(pb + kXOff,
-                       _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16))));
-    } else {
-      _mm512_storeu_si512(pb + kXOff, _mm512_slli_epi32(qsum, 7));
-    }
+    _mm512_storeu_ps(pb + kMOff,
+                     _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16))));
   }
 }
 
@@ -297,12 +282,14 @@ inline __m512i bcast32(const uint8_t* p) {
 }
 
 // NT tokens (1 or 2) against a packed block of 16 rows: lane r of out[t] = row r's dot product
-// with token t; each packed weight vector is loaded once for the NT tokens. qa[t]: token t's 32
-// activation bytes per block, qa_stride apart (offset types: q_a + 128); da[t] / sa[t] per block.
+// with token t; each packed weight vector is loaded once for the NT tokens. q[t]: token t's
+// activation blocks (q_stride bytes apart), side[t] its activation side.
 template <class U, int NT>
-void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* qa, size_t qa_stride,
-                     const float* const* da, const float* const* sa, __m512* out) {
+void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* q, size_t q_stride,
+                     const ActSide* const* side, __m512* out) {
   using P = Phase<U, IsaAvx512Vnni>;
+  // The activation bytes sit after the block's scale words.
+  constexpr size_t kQsOff = P::kMin ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
   __m512 acc[kPhases][NT];
   EMBER_UNROLL
   for (auto& row : acc) {
@@ -324,24 +311,20 @@ void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* qa, s
         const __m512i wk = _mm512_loadu_si512(pb + 64 * k);
         EMBER_UNROLL
         for (int t = 0; t < NT; ++t) {
-          const __m512i yk = bcast32(qa[t] + static_cast<size_t>(b) * qa_stride + 4 * k);
-          if constexpr (P::kMin) {
-            s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], wk, yk);
-          } else {
-            s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], yk, wk);
-          }
+          const uint8_t* qb = q[t] + static_cast<size_t>(b) * q_stride + kQsOff;
+          s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], wk, bcast32(qb + 4 * k));
         }
       }
       const __m512 dw = _mm512_loadu_ps(pb + kDOff);
       EMBER_UNROLL
       for (int t = 0; t < NT; ++t) {
         __m512i s = _mm512_add_epi32(s2[t][0], s2[t][1]);
-        if constexpr (!P::kMin) s = _mm512_sub_epi32(s, _mm512_loadu_si512(pb + kXOff));
-        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b]));
+        if constexpr (!P::kMin) s = _mm512_add_epi32(s, _mm512_set1_epi32(side[t]->corr[b]));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(side[t]->d[b]));
         acc[j][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[j][t]);
         if constexpr (P::kMin) {
-          acc[j][t] =
-              _mm512_fmadd_ps(_mm512_loadu_ps(pb + kXOff), _mm512_set1_ps(sa[t][b]), acc[j][t]);
+          acc[j][t] = _mm512_fmadd_ps(_mm512_loadu_ps(pb + kMOff), _mm512_set1_ps(side[t]->s[b]),
+                                      acc[j][t]);
         }
       }
     }
@@ -354,71 +337,39 @@ void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* qa, s
   }
 }
 
-// A run of rows (a matmul task) against nt tokens: the activation side once, then blocks of 16
-// rows packed into L1 scratch and dotted against every token.
+// A run of rows (a matmul task) against nt tokens: the activation side once per token, then
+// blocks of 16 rows packed into L1 scratch and dotted against every token.
 template <class U>
 void phase_packed_run(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, const uint8_t* a,
                       size_t as, int64_t nt, float* y, size_t ys) {
-  using P = Phase<U, IsaAvx512Vnni>;
   const int64_t nb = n / kQK;
-  const size_t nbs = static_cast<size_t>(nb);
-  thread_local std::vector<uint8_t> qa, buf;
-  thread_local std::vector<float> da, sa;
-  const size_t nts = static_cast<size_t>(nt);
-  if (da.size() < nts * nbs) {
-    da.resize(nts * nbs);
-    sa.resize(nts * nbs);
-  }
-  const auto* yb = reinterpret_cast<const typename P::Y*>(a);
-  const size_t ystride = as / sizeof(typename P::Y);  // blocks per activation row
-  if constexpr (!P::kMin) {
-    if (qa.size() < nts * nbs * kQK) qa.resize(nts * nbs * kQK);
-  }
-  for (size_t t = 0; t < nts; ++t) {
-    for (size_t b = 0; b < nbs; ++b) {
-      const auto& blk = yb[t * ystride + b];
-      da[t * nbs + b] = h2f(blk.d);
-      if constexpr (P::kMin) {
-        sa[t * nbs + b] = h2f(blk.s);
-      } else {
-        _mm256_storeu_si256(
-            reinterpret_cast<__m256i*>(qa.data() + (t * nbs + b) * kQK),
-            _mm256_xor_si256(load256(blk.qs), _mm256_set1_epi8(static_cast<char>(0x80))));
-      }
-    }
-  }
+  const size_t nbs = static_cast<size_t>(nb), nts = static_cast<size_t>(nt);
+  thread_local std::vector<ActSide> sides;
+  thread_local std::vector<uint8_t> buf;
+  if (sides.size() < nts) sides.resize(nts);
+  for (size_t t = 0; t < nts; ++t) act_side<U, IsaAvx512Vnni>(nb, a + t * as, &sides[t]);
   if (buf.size() < nbs * kPackedBlock) buf.resize(nbs * kPackedBlock);
+  const size_t q_stride = as / nbs;  // bytes per activation block
   for (int64_t r = 0; r < nrows; r += kLanes) {
     const int nr = static_cast<int>(std::min<int64_t>(kLanes, nrows - r));
     pack16<U>(nb, w + static_cast<size_t>(r) * ws, ws, nr, buf.data());
     const __mmask16 live = static_cast<__mmask16>((1u << nr) - 1);
-    const auto token_q = [&](size_t t) -> const uint8_t* {
-      if constexpr (P::kMin) {
-        return reinterpret_cast<const uint8_t*>(yb[t * ystride].qs);
-      } else {
-        return qa.data() + t * nbs * kQK;
-      }
-    };
-    const size_t qs = P::kMin ? sizeof(typename P::Y) : kQK;
     size_t t = 0;
-    // Tokens in pairs for the types with a min (kernels_bench, 1 thread: Q4_1 2048x640 at 64
-    // tokens 1,159 -> 875 us, 131072x576 at 8 tokens 11.9 -> 9.0 ms); one at a time for the
-    // offset types, where pairs measured 5% slower (Q5_0 1024x640 439 -> 462 us).
-    for (; P::kMin && t + 2 <= nts; t += 2) {
-      const uint8_t* q[2] = {token_q(t), token_q(t + 1)};
-      const float* d2[2] = {da.data() + t * nbs, da.data() + (t + 1) * nbs};
-      const float* s2[2] = {sa.data() + t * nbs, sa.data() + (t + 1) * nbs};
+    // Tokens in pairs (kernels_bench, 1 thread: Q4_1 2048x640 at 64 tokens 1,159 -> 875 us,
+    // 131072x576 at 8 tokens 11.9 -> 9.0 ms).
+    for (; t + 2 <= nts; t += 2) {
+      const uint8_t* q[2] = {a + t * as, a + (t + 1) * as};
+      const ActSide* st[2] = {&sides[t], &sides[t + 1]};
       __m512 v[2];
-      packed16_tokens<U, 2>(nb, buf.data(), q, qs, d2, s2, v);
+      packed16_tokens<U, 2>(nb, buf.data(), q, q_stride, st, v);
       _mm512_mask_storeu_ps(y + t * ys + static_cast<size_t>(r), live, v[0]);
       _mm512_mask_storeu_ps(y + (t + 1) * ys + static_cast<size_t>(r), live, v[1]);
     }
-    for (; t < nts; ++t) {
-      const uint8_t* q[1] = {token_q(t)};
-      const float* d1[1] = {da.data() + t * nbs};
-      const float* s1[1] = {sa.data() + t * nbs};
+    if (t < nts) {
+      const uint8_t* q[1] = {a + t * as};
+      const ActSide* st[1] = {&sides[t]};
       __m512 v[1];
-      packed16_tokens<U, 1>(nb, buf.data(), q, qs, d1, s1, v);
+      packed16_tokens<U, 1>(nb, buf.data(), q, q_stride, st, v);
       _mm512_mask_storeu_ps(y + t * ys + static_cast<size_t>(r), live, v[0]);
     }
   }
