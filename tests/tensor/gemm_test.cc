@@ -195,7 +195,7 @@ TEST(Gemm, every_token_count_gives_each_token_the_single_token_result_bit_for_bi
 }
 
 // Every level's tile entry itself, for every tile shape it accepts: matmul sends some types'
-// calls elsewhere (one token to the row path, two or more to the packed path at avx512-vnni), so
+// calls elsewhere (the legacy types: one token to the row path, two or more to the packed path), so
 // the tiles get called directly here, against vec_dot bit for bit.
 TEST(Gemm, every_tile_shape_gives_vec_dot_bit_for_bit_at_every_level) {
   RestoreBestLevel restore;
