@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "tensor/interleave.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 #include "tensor/weight_arena.h"
@@ -48,6 +49,13 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   // In 2 MiB pages, as the engine holds its weights (tensor/weight_arena.h): with 4 KiB pages a
   // matrix larger than the TLB's reach pays a nested page walk per 4 KiB under a hypervisor, and
   // how many of those a kernel overlaps depends on its access pattern, not only its arithmetic.
+  // In the layout the engine copies it into (interleaved where the level's kernels read that).
+  const int32_t lanes = ember::tensor::preferred_interleave(t, rows, cols);
+  if (lanes > 0) {
+    std::vector<uint8_t> inter(q.size());
+    ember::tensor::interleave_groups(t, cols, lanes, q.data(), inter.data(), 0, rows / lanes);
+    q.swap(inter);
+  }
   auto arena = ember::tensor::WeightArena::create(q.size());
   const uint8_t* wdata = arena ? arena->add(q.data(), q.size()) : nullptr;
   if (wdata == nullptr) {
@@ -55,7 +63,7 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
     wdata = q.data();
   }
   ember::tensor::ThreadPool pool(threads);
-  const ember::tensor::Matrix m{t, rows, cols, wdata};
+  const ember::tensor::Matrix m{t, rows, cols, wdata, lanes};
   for (auto _ : state) {
     ember::tensor::matmul(m, x.data(), n_tokens, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
@@ -87,6 +95,9 @@ void register_all() {
   cases.push_back({DType::Q5_0, 1024, 640, true});     // attn_q
   cases.push_back({DType::Q5_0, 256, 640, true});      // attn_k
   cases.push_back({DType::Q4_K, 640, 1024, true});     // attn_output
+  // SmolLM2-135M Q4_1: the feed-forward shapes.
+  cases.push_back({DType::Q4_1, 1536, 576, true});  // ffn_gate, ffn_up
+  cases.push_back({DType::Q4_1, 576, 1536, true});  // ffn_down
   // Larger than the last-level cache (32 MiB here): decode streams every weight from memory,
   // which the small shapes above (cache-resident after the first iteration) do not show.
   cases.push_back({DType::Q5_0, 131072, 640, false});

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "tensor/interleave.h"
 #include "tensor/quant.h"
 #include "tensor/quant_simd.h"
 
@@ -28,13 +29,14 @@ namespace {
 // few microseconds).
 constexpr int64_t kMinChunkBytes = 64 << 10;
 
-enum class Mode { kDot, kPacked, kRows, kTiles };
+enum class Mode { kDot, kPacked, kRows, kTiles, kInterleaved, kDeinterleave };
 
 // One product, split into `units` (rows, row tiles or packed row blocks) of which a task takes
 // at least `min_units`.
 struct Product {
   const Matrix* w = nullptr;
   float* y = nullptr;
+  size_t ys = 0;               // y's token stride (w->rows, or the whole matrix's for a group)
   const uint8_t* a = nullptr;  // quantized activations, a_row_bytes per token
   size_t a_row_bytes = 0, w_row_bytes = 0;
   int64_t n_tokens = 0;
@@ -51,6 +53,7 @@ Product plan(const Matrix& w, float* y, const uint8_t* a, int64_t n_tokens) {
   Product p;
   p.w = &w;
   p.y = y;
+  p.ys = static_cast<size_t>(w.rows);
   p.a = a;
   p.n_tokens = n_tokens;
   p.w_row_bytes = row_bytes(w.type, w.cols);
@@ -60,7 +63,15 @@ Product plan(const Matrix& w, float* y, const uint8_t* a, int64_t n_tokens) {
   const auto min_units_for = [&](int64_t unit_bytes) {
     return std::max<int64_t>(1, kMinChunkBytes / std::max<int64_t>(1, unit_bytes));
   };
-  if (g.tile == nullptr) {
+  if (w.interleave > 0) {
+    // Whole groups of interleaved rows: the level's own kernel for the layout, or (another
+    // level, e.g. after set_simd_level) each group de-interleaved into scratch and run plain.
+    p.mode = g.interleaved_run != nullptr && g.interleave_rows == w.interleave
+                 ? Mode::kInterleaved
+                 : Mode::kDeinterleave;
+    p.unit_rows = w.interleave;
+    p.min_units = min_units_for(p.unit_rows * static_cast<int64_t>(p.w_row_bytes) * n_tokens);
+  } else if (g.tile == nullptr) {
     p.mode = Mode::kDot;
     p.dot = active_dot_kernel(w.type);
     p.unit_rows = 1;
@@ -91,20 +102,43 @@ Product plan(const Matrix& w, float* y, const uint8_t* a, int64_t n_tokens) {
 void run(const Product& p, int64_t u0, int64_t u1) {
   const auto* wb = static_cast<const uint8_t*>(p.w->data);
   const int64_t rows = p.w->rows, cols = p.w->cols;
-  const size_t wrb = p.w_row_bytes, arb = p.a_row_bytes;
+  const size_t wrb = p.w_row_bytes, arb = p.a_row_bytes, ys = p.ys;
   const simd::GemmKernel& g = p.g;
   switch (p.mode) {
     case Mode::kDot:
       for (int64_t r = u0; r < u1; ++r) {
         const uint8_t* wr = wb + static_cast<size_t>(r) * wrb;
-        for (int64_t t = 0; t < p.n_tokens; ++t) p.y[t * rows + r] = p.dot(cols, wr, p.a + t * arb);
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+          p.y[static_cast<size_t>(t) * ys + static_cast<size_t>(r)] =
+              p.dot(cols, wr, p.a + t * arb);
+        }
       }
       return;
+    case Mode::kInterleaved: {
+      const int64_t r0 = u0 * p.unit_rows, r1 = u1 * p.unit_rows;  // whole groups
+      g.interleaved_run(cols, wb + static_cast<size_t>(r0) * wrb, r1 - r0, p.a, arb, p.n_tokens,
+                        p.y + r0, ys);
+      return;
+    }
+    case Mode::kDeinterleave: {
+      thread_local std::vector<uint8_t> plain;
+      const size_t group_bytes = static_cast<size_t>(p.unit_rows) * wrb;
+      if (plain.size() < group_bytes) plain.resize(group_bytes);
+      for (int64_t i = u0; i < u1; ++i) {
+        const int64_t r = i * p.unit_rows;
+        deinterleave_rows(*p.w, r, p.unit_rows, plain.data());
+        const Matrix group{p.w->type, p.unit_rows, cols, plain.data()};
+        Product q = plan(group, p.y + r, p.a, p.n_tokens);
+        q.ys = ys;
+        run(q, 0, q.units);
+      }
+      return;
+    }
     case Mode::kPacked: {
       if (g.packed_run != nullptr) {
         const int64_t r0 = u0 * p.unit_rows, r1 = std::min(rows, u1 * p.unit_rows);
         g.packed_run(cols, wb + static_cast<size_t>(r0) * wrb, wrb, r1 - r0, p.a, arb, p.n_tokens,
-                     p.y + r0, static_cast<size_t>(rows));
+                     p.y + r0, ys);
         return;
       }
       const size_t pb = g.pack_bytes(cols);
@@ -114,7 +148,7 @@ void run(const Product& p, int64_t u0, int64_t u1) {
         const int64_t r = i * p.unit_rows;
         const int nr = static_cast<int>(std::min(p.unit_rows, rows - r));
         g.pack(cols, wb + static_cast<size_t>(r) * wrb, wrb, nr, packed.data());
-        g.packed(cols, packed.data(), nr, p.a, arb, p.n_tokens, p.y + r, static_cast<size_t>(rows));
+        g.packed(cols, packed.data(), nr, p.a, arb, p.n_tokens, p.y + r, ys);
       }
       return;
     }
@@ -129,8 +163,8 @@ void run(const Product& p, int64_t u0, int64_t u1) {
         const uint8_t* wr = wb + static_cast<size_t>(r) * wrb;
         for (int64_t t = 0; t < p.n_tokens; t += mt) {
           const int nt = static_cast<int>(std::min(mt, p.n_tokens - t));
-          g.tile(cols, wr, wrb, nr, p.a + t * arb, arb, nt, p.y + t * rows + r,
-                 static_cast<size_t>(rows));
+          g.tile(cols, wr, wrb, nr, p.a + t * arb, arb, nt,
+                 p.y + static_cast<size_t>(t) * ys + static_cast<size_t>(r), ys);
         }
       }
       return;
@@ -213,7 +247,15 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
 void get_row(const Matrix& w, int64_t row, float* out) {
   EMBER_ASSERT(row >= 0 && row < w.rows);
   const auto* wb = static_cast<const uint8_t*>(w.data);
-  dequantize_row(w.type, wb + static_cast<size_t>(row) * row_bytes(w.type, w.cols), out, w.cols);
+  const size_t rb = row_bytes(w.type, w.cols);
+  if (w.interleave > 0) {
+    thread_local std::vector<uint8_t> plain;
+    if (plain.size() < rb) plain.resize(rb);
+    deinterleave_rows(w, row, 1, plain.data());
+    dequantize_row(w.type, plain.data(), out, w.cols);
+    return;
+  }
+  dequantize_row(w.type, wb + static_cast<size_t>(row) * rb, out, w.cols);
 }
 
 }  // namespace ember::tensor

@@ -11,12 +11,14 @@
 namespace ember::tensor {
 
 // A weight matrix W of shape [rows][cols] (GGUF dims {cols, rows}); each row is row_bytes(type,
-// cols) bytes, contiguous.
+// cols) bytes, contiguous, or, with interleave = L > 0, the same bytes in groups of L rows
+// (tensor/interleave.h).
 struct Matrix {
   DType type = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
+  int32_t interleave = 0;
 };
 
 // y[t][r] = sum_c W[r][c] * x[t][c] for t < n_tokens.

@@ -281,11 +281,50 @@ inline __m512i bcast32(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// NT tokens (1 or 2) against a packed block of 16 rows: lane r of out[t] = row r's dot product
-// with token t; each packed weight vector is loaded once for the NT tokens. q[t]: token t's
-// activation blocks (q_stride bytes apart), side[t] its activation side.
-template <class U, int NT>
-void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* q, size_t q_stride,
+// Where packed16_tokens finds block b's operands for 16 rows: the unsigned levels as 8 vectors
+// (vector k, 32-bit lane r: row r's levels 4k..4k+3), d_w and m_w as 16 floats.
+// The run-time pack (pack16): everything already unpacked.
+struct FromPack {
+  const uint8_t* buf;
+  const uint8_t* tile(int64_t b) const { return buf + static_cast<size_t>(b) * kPackedBlock; }
+  void prefetch(int64_t) const {}
+  static __m512i levels(const uint8_t* pb, int k) { return _mm512_loadu_si512(pb + 64 * k); }
+  static __m512 d(const uint8_t* pb) { return _mm512_loadu_ps(pb + kDOff); }
+  static __m512 m(const uint8_t* pb) { return _mm512_loadu_ps(pb + kMOff); }
+};
+
+// A group of 16 rows in the interleaved layout (tensor/interleave.h): the fp16 scales, then the
+// rows' quant words side by side, so a vector load gives vector k's raw bytes (Q8_0: the signed
+// levels, flipped to unsigned as UnpackUQ8_0 does; the 4-bit types: word k's low nibbles are
+// levels 4k..4k+3, its high nibbles levels 16+4k..16+4k+3).
+template <class U>
+struct FromInterleaved : InterleavedGroup<U, kLanes> {
+  using typename InterleavedGroup<U, kLanes>::B;
+  using InterleavedGroup<U, kLanes>::kWords;
+  static constexpr bool kQ8 = std::is_same_v<B, BlockQ8_0>;
+  static __m512i levels(const uint8_t* pb, int k) {
+    if constexpr (kQ8) {
+      return _mm512_xor_si512(_mm512_loadu_si512(pb + kWords + 64 * k),
+                              _mm512_set1_epi8(static_cast<char>(0x80)));
+    } else {
+      const __m512i raw = _mm512_loadu_si512(pb + kWords + 64 * (k & 3));
+      const __m512i lo4 = _mm512_set1_epi8(0x0F);
+      return k < 4 ? _mm512_and_si512(raw, lo4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+    }
+  }
+  static __m512 d(const uint8_t* pb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb)));
+  }
+  static __m512 m(const uint8_t* pb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32)));
+  }
+};
+
+// NT tokens (1 or 2) against 16 rows (src: a packed block or an interleaved group): lane r of
+// out[t] = row r's dot product with token t; each weight vector is loaded once for the NT
+// tokens. q[t]: token t's activation blocks (q_stride bytes apart), side[t] its activation side.
+template <class U, int NT, class Src>
+void packed16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
                      const ActSide* const* side, __m512* out) {
   using P = Phase<U, IsaAvx512Vnni>;
   // The activation bytes sit after the block's scale words.
@@ -301,21 +340,22 @@ void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* q, si
     for (int j = 0; j < kPhases; ++j) {
       const int64_t b = g + j;
       if (b >= nb) break;
-      const uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
+      src.prefetch(b);
+      const uint8_t* pb = src.tile(b);
       // Two chains of four per token: eight dependent vpdpbusd would be latency-bound.
       __m512i s2[NT][2];
       EMBER_UNROLL
       for (int t = 0; t < NT; ++t) s2[t][0] = s2[t][1] = _mm512_setzero_si512();
       EMBER_UNROLL
       for (int k = 0; k < 8; ++k) {
-        const __m512i wk = _mm512_loadu_si512(pb + 64 * k);
+        const __m512i wk = Src::levels(pb, k);
         EMBER_UNROLL
         for (int t = 0; t < NT; ++t) {
           const uint8_t* qb = q[t] + static_cast<size_t>(b) * q_stride + kQsOff;
           s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], wk, bcast32(qb + 4 * k));
         }
       }
-      const __m512 dw = _mm512_loadu_ps(pb + kDOff);
+      const __m512 dw = Src::d(pb);
       EMBER_UNROLL
       for (int t = 0; t < NT; ++t) {
         __m512i s = _mm512_add_epi32(s2[t][0], s2[t][1]);
@@ -323,8 +363,7 @@ void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* q, si
         const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(side[t]->d[b]));
         acc[j][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[j][t]);
         if constexpr (P::kMin) {
-          acc[j][t] = _mm512_fmadd_ps(_mm512_loadu_ps(pb + kMOff), _mm512_set1_ps(side[t]->s[b]),
-                                      acc[j][t]);
+          acc[j][t] = _mm512_fmadd_ps(Src::m(pb), _mm512_set1_ps(side[t]->s[b]), acc[j][t]);
         }
       }
     }
@@ -337,6 +376,31 @@ void packed16_tokens(int64_t nb, const uint8_t* buf, const uint8_t* const* q, si
   }
 }
 
+// Every token against 16 rows at src, lanes `live` stored at y + r0 (token t at y + t * ys).
+// Tokens in pairs (kernels_bench, 1 thread: Q4_1 2048x640 at 64 tokens 1,159 -> 875 us,
+// 131072x576 at 8 tokens 11.9 -> 9.0 ms).
+template <class U, class Src>
+void tokens16(int64_t nb, const Src& src, const uint8_t* a, size_t as, size_t nt,
+              const ActSide* sides, __mmask16 live, float* y, size_t ys) {
+  const size_t q_stride = as / static_cast<size_t>(nb);  // bytes per activation block
+  size_t t = 0;
+  for (; t + 2 <= nt; t += 2) {
+    const uint8_t* q[2] = {a + t * as, a + (t + 1) * as};
+    const ActSide* st[2] = {&sides[t], &sides[t + 1]};
+    __m512 v[2];
+    packed16_tokens<U, 2>(nb, src, q, q_stride, st, v);
+    _mm512_mask_storeu_ps(y + t * ys, live, v[0]);
+    _mm512_mask_storeu_ps(y + (t + 1) * ys, live, v[1]);
+  }
+  if (t < nt) {
+    const uint8_t* q[1] = {a + t * as};
+    const ActSide* st[1] = {&sides[t]};
+    __m512 v[1];
+    packed16_tokens<U, 1>(nb, src, q, q_stride, st, v);
+    _mm512_mask_storeu_ps(y + t * ys, live, v[0]);
+  }
+}
+
 // A run of rows (a matmul task) against nt tokens: the activation side once per token, then
 // blocks of 16 rows packed into L1 scratch and dotted against every token.
 template <class U>
@@ -344,35 +408,39 @@ void phase_packed_run(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, con
                       size_t as, int64_t nt, float* y, size_t ys) {
   const int64_t nb = n / kQK;
   const size_t nbs = static_cast<size_t>(nb), nts = static_cast<size_t>(nt);
-  thread_local std::vector<ActSide> sides;
+  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, nts);
   thread_local std::vector<uint8_t> buf;
-  if (sides.size() < nts) sides.resize(nts);
-  for (size_t t = 0; t < nts; ++t) act_side<U, IsaAvx512Vnni>(nb, a + t * as, &sides[t]);
   if (buf.size() < nbs * kPackedBlock) buf.resize(nbs * kPackedBlock);
-  const size_t q_stride = as / nbs;  // bytes per activation block
   for (int64_t r = 0; r < nrows; r += kLanes) {
     const int nr = static_cast<int>(std::min<int64_t>(kLanes, nrows - r));
     pack16<U>(nb, w + static_cast<size_t>(r) * ws, ws, nr, buf.data());
-    const __mmask16 live = static_cast<__mmask16>((1u << nr) - 1);
-    size_t t = 0;
-    // Tokens in pairs (kernels_bench, 1 thread: Q4_1 2048x640 at 64 tokens 1,159 -> 875 us,
-    // 131072x576 at 8 tokens 11.9 -> 9.0 ms).
-    for (; t + 2 <= nts; t += 2) {
-      const uint8_t* q[2] = {a + t * as, a + (t + 1) * as};
-      const ActSide* st[2] = {&sides[t], &sides[t + 1]};
-      __m512 v[2];
-      packed16_tokens<U, 2>(nb, buf.data(), q, q_stride, st, v);
-      _mm512_mask_storeu_ps(y + t * ys + static_cast<size_t>(r), live, v[0]);
-      _mm512_mask_storeu_ps(y + (t + 1) * ys + static_cast<size_t>(r), live, v[1]);
-    }
-    if (t < nts) {
-      const uint8_t* q[1] = {a + t * as};
-      const ActSide* st[1] = {&sides[t]};
-      __m512 v[1];
-      packed16_tokens<U, 1>(nb, buf.data(), q, q_stride, st, v);
-      _mm512_mask_storeu_ps(y + t * ys + static_cast<size_t>(r), live, v[0]);
-    }
+    tokens16<U>(nb, FromPack{buf.data()}, a, as, nts, sides, static_cast<__mmask16>((1u << nr) - 1),
+                y + r, ys);
   }
+}
+
+// The same for whole groups of 16 interleaved rows, decode and prefill: nothing to pack, the
+// levels unpacked per token pair as they are read (unpacking a group once into pack16's layout
+// for 2 or more tokens was slower: kernels_bench, 1 thread, 3 paired rounds, Q4_1 2048x640 at
+// 8 tokens 95 vs 119 us, at 64 tokens 769 vs 797 us; Q8_0 2048x640 at 64 tokens 753 vs 864).
+template <class U>
+void phase_interleaved_run(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a, size_t as,
+                           int64_t nt, float* y, size_t ys) {
+  const int64_t nb = n / kQK;
+  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, static_cast<size_t>(nt));
+  const size_t group_bytes = static_cast<size_t>(nb) * FromInterleaved<U>::kTile;
+  for (int64_t r = 0; r < nrows; r += kLanes) {
+    const FromInterleaved<U> src{{w + static_cast<size_t>(r / kLanes) * group_bytes}};
+    tokens16<U>(nb, src, a, as, static_cast<size_t>(nt), sides, static_cast<__mmask16>(0xFFFF),
+                y + r, ys);
+  }
+}
+
+template <class U>
+void add_interleaved(KernelOverrides* o, DType t) {
+  GemmKernel& g = o->gemm[static_cast<size_t>(t)];
+  g.interleaved_run = &phase_interleaved_run<U>;
+  g.interleave_rows = kLanes;
 }
 
 }  // namespace
@@ -391,6 +459,9 @@ KernelOverrides avx512_kernels() {
                                                kLanes);
   add_phase_kernels<UnpackQ5_1, IsaAvx512Vnni>(&o, DType::Q5_1, &phase_packed_run<UnpackQ5_1>,
                                                kLanes);
+  add_interleaved<UnpackUQ8_0>(&o, DType::Q8_0);
+  add_interleaved<UnpackUQ4_0>(&o, DType::Q4_0);
+  add_interleaved<UnpackQ4_1>(&o, DType::Q4_1);
   add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(&o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);

@@ -41,6 +41,12 @@ using RowsFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t nr
 using PackedRunFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64_t nrows,
                              const uint8_t* a, size_t a_stride, int64_t nt, float* y,
                              size_t y_stride);
+// Optional path for weights in the interleaved layout (tensor/interleave.h) with
+// interleave_rows rows per group: w is the first of nrows / interleave_rows whole groups;
+// y[t * y_stride + r] for r < nrows, t < nt, any nt >= 1 (decode too). Bit-identical to the
+// level's tile for each (row, token).
+using InterleavedRunFn = void (*)(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a,
+                                  size_t a_stride, int64_t nt, float* y, size_t y_stride);
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
@@ -51,8 +57,10 @@ struct GemmKernel {
   PackedTile packed = nullptr;
   size_t (*pack_bytes)(int64_t n) = nullptr;
   int pack_rows = 0;
-  PackedRunFn packed_run = nullptr;  // instead of pack + packed (with pack_rows)
-  int pack_min_tokens = 0;           // below this, the plain tiles
+  PackedRunFn packed_run = nullptr;            // instead of pack + packed (with pack_rows)
+  int pack_min_tokens = 0;                     // below this, the plain tiles
+  InterleavedRunFn interleaved_run = nullptr;  // with interleave_rows
+  int interleave_rows = 0;
   bool has_packed() const { return packed != nullptr || packed_run != nullptr; }
 };
 

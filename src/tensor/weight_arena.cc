@@ -29,18 +29,24 @@ WeightArena::~WeightArena() {
   ::munmap(map_, map_size_);
 }
 
-const uint8_t* WeightArena::add(const void* src, size_t n, bool release_source) {
+uint8_t* WeightArena::take(size_t n) {
   const size_t at = (used_ + 63) & ~size_t{63};
   if (at + n > size_) return nullptr;
+  used_ = at + n;
+  return base_ + at;
+}
+
+const uint8_t* WeightArena::add(const void* src, size_t n, bool release_source) {
+  uint8_t* to = take(n);
+  if (to == nullptr) return nullptr;
   constexpr size_t kChunk = size_t{4} << 20;
   const auto* s = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < n; off += kChunk) {
     const size_t len = std::min(kChunk, n - off);
-    std::memcpy(base_ + at + off, s + off, len);
+    std::memcpy(to + off, s + off, len);
     if (release_source) release_pages(s + off, len);
   }
-  used_ = at + n;
-  return base_ + at;
+  return to;
 }
 
 void release_pages(const void* p, size_t n) {

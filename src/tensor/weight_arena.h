@@ -23,6 +23,9 @@ class WeightArena {
   // release_source, the source's pages are released (release_pages) as each 4 MiB is copied,
   // so the copy never holds both whole: peak RSS stays near the arena's size.
   const uint8_t* add(const void* src, size_t n, bool release_source = false);
+  // n writable bytes at the next 64-byte boundary, for the caller to fill (a matrix written in
+  // another layout); nullptr when the arena is full.
+  uint8_t* take(size_t n);
   size_t used() const { return used_; }
   size_t capacity() const { return size_; }
   bool contains(const void* p) const {

@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "model/model_test_util.h"
 #include "model/weights.h"
+#include "tensor/interleave.h"
 
 namespace ember::model {
 namespace {
@@ -70,7 +74,9 @@ INSTANTIATE_TEST_SUITE_P(Model, LoadsEveryFixture, ::testing::ValuesIn(all_cases
                                   std::string(tensor::dtype_name(info.param.type));
                          });
 
-TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_bytes_and_a_tied_output_is_shared) {
+// The copies hold the same rows: in the plain layout, or in the interleaved one where the active
+// level's kernels read it (tensor/interleave.h), which every matrix here can take.
+TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_rows_and_a_tied_output_is_shared) {
   fixture::FixtureSpec spec;
   spec.arch = "gemma3";
   spec.tied = true;
@@ -89,10 +95,19 @@ TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_bytes_and_a_tied_outpu
     const size_t n = tensor::row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
     EXPECT_TRUE(w.arena->contains(a.data));
     EXPECT_FALSE(w.arena->contains(b.data));
-    EXPECT_EQ(std::memcmp(a.data, b.data, n), 0);
+    EXPECT_EQ(b.interleave, 0);
+    EXPECT_EQ(a.interleave, tensor::preferred_interleave(a.type, a.rows, a.cols));
+    std::vector<uint8_t> rows(n);
+    if (a.interleave > 0) {
+      tensor::deinterleave_rows(a, 0, a.rows, rows.data());
+    } else {
+      std::memcpy(rows.data(), a.data, n);
+    }
+    EXPECT_EQ(std::memcmp(rows.data(), b.data, n), 0);
   };
   same(w.token_embd, mapped.token_embd);
   EXPECT_EQ(w.output.data, w.token_embd.data) << "the tied output is copied once";
+  EXPECT_EQ(w.output.interleave, w.token_embd.interleave);
   for (size_t il = 0; il < w.layers.size(); ++il) {
     same(w.layers[il].wq, mapped.layers[il].wq);
     same(w.layers[il].w_down, mapped.layers[il].w_down);
@@ -100,20 +115,30 @@ TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_bytes_and_a_tied_outpu
   EXPECT_EQ(w.layers[0].attn_norm, mapped.layers[0].attn_norm) << "norms stay mapped";
 }
 
+// Q4_K stays in the plain layout; Q8_0 and Q4_1 are interleaved where the level reads that
+// (the embedding lookup then reads it too: gemma3's output is tied). Prompt and decode steps.
 TEST(ModelLoad, huge_page_weights_give_bit_identical_logits) {
-  fixture::FixtureSpec spec;
-  spec.arch = "llama";
-  spec.type = DType::Q4_K;
-  LoadOptions on, off;
-  off.huge_page_weights = false;
-  auto a = load_fixture(spec, "arena_on", on);
-  auto b = load_fixture(spec, "arena_off", off);
-  ASSERT_TRUE(a && b);
-  auto sa = a->new_sequence(16), sb = b->new_sequence(16);
-  const std::vector<int32_t> toks{1, 5, 9, 3};
-  const auto la = run(*a, *sa, toks), lb = run(*b, *sb, toks);
-  ASSERT_EQ(la.size(), lb.size());
-  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
+  for (const auto& [arch, type] : {std::pair<std::string, DType>{"llama", DType::Q4_K},
+                                   {"llama", DType::Q4_1},
+                                   {"gemma3", DType::Q8_0}}) {
+    fixture::FixtureSpec spec;
+    spec.arch = arch;
+    spec.type = type;
+    spec.tied = arch == "gemma3";
+    LoadOptions on, off;
+    off.huge_page_weights = false;
+    const std::string name = "arena_" + arch + std::string(tensor::dtype_name(type));
+    auto a = load_fixture(spec, name + "_on", on);
+    auto b = load_fixture(spec, name + "_off", off);
+    ASSERT_TRUE(a && b);
+    auto sa = a->new_sequence(16), sb = b->new_sequence(16);
+    for (const std::vector<int32_t>& toks : {std::vector<int32_t>{1, 5, 9, 3}, {7}, {2}}) {
+      const auto la = run(*a, *sa, toks), lb = run(*b, *sb, toks);
+      ASSERT_EQ(la.size(), lb.size());
+      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0)
+          << arch << " " << tensor::dtype_name(type) << " " << toks.size() << " tokens";
+    }
+  }
 }
 
 // The server's way: the backend is usable before the huge-page copy is done (forwards read the

@@ -17,11 +17,7 @@ namespace ember::tensor {
 namespace {
 
 using testing::random_floats;
-
-class RestoreBestLevel {
- public:
-  ~RestoreBestLevel() { set_simd_enabled(true); }
-};
+using testing::RestoreBestLevel;
 
 int64_t cols_for(DType t) {
   if (block_elems(t) == 1) return 45;  // 5 vectors of 8 and a tail of 5

@@ -45,4 +45,13 @@ inline const std::vector<DType>& weight_types() {
   return v;
 }
 
+// Puts the best SIMD level back when a test that switches levels ends (or fails).
+class RestoreBestLevel {
+ public:
+  RestoreBestLevel() = default;
+  RestoreBestLevel(const RestoreBestLevel&) = delete;
+  RestoreBestLevel& operator=(const RestoreBestLevel&) = delete;
+  ~RestoreBestLevel() { set_simd_enabled(true); }
+};
+
 }  // namespace ember::tensor::testing

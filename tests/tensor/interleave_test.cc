@@ -1,0 +1,146 @@
+// The interleaved weight layout (tensor/interleave.h): the same bytes permuted, every row
+// recoverable, and a matmul over it bit for bit the plain matrix's at every SIMD level, through
+// the level's own kernel for the layout where it has one and through de-interleaving otherwise.
+#include "tensor/interleave.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+#include "tensor/quant_simd.h"
+#include "tensor_test_util.h"
+
+namespace ember::tensor {
+namespace {
+
+using testing::random_floats;
+using testing::RestoreBestLevel;
+
+constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1};
+
+struct Quantized {
+  std::vector<uint8_t> plain, interleaved;
+  Matrix matrix(int32_t lanes) const {
+    return Matrix{type, rows, cols, lanes > 0 ? interleaved.data() : plain.data(), lanes};
+  }
+  DType type;
+  int64_t rows, cols;
+};
+
+Quantized make(DType t, int64_t rows, int64_t cols, int32_t lanes, uint32_t seed) {
+  Quantized q{{}, {}, t, rows, cols};
+  const size_t rb = row_bytes(t, cols);
+  q.plain.resize(rb * static_cast<size_t>(rows));
+  const auto wf = random_floats(rows * cols, seed);
+  for (int64_t r = 0; r < rows; ++r) {
+    ref::quantize_row(t, wf.data() + r * cols, q.plain.data() + static_cast<size_t>(r) * rb, cols);
+  }
+  q.interleaved.assign(q.plain.size(), 0xA5);
+  interleave_groups(t, cols, lanes, q.plain.data(), q.interleaved.data(), 0, rows / lanes);
+  return q;
+}
+
+TEST(Interleave, is_a_permutation_every_row_and_element_of_which_reads_back) {
+  for (DType t : kTypes) {
+    for (int32_t lanes : {8, 16}) {
+      const int64_t rows = 3 * lanes, cols = 7 * block_elems(t);
+      const Quantized q = make(t, rows, cols, lanes, 11);
+      std::vector<uint8_t> a = q.plain, b = q.interleaved;
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      EXPECT_EQ(a, b) << dtype_name(t) << " lanes=" << lanes << ": the same bytes";
+      EXPECT_NE(q.plain, q.interleaved) << dtype_name(t) << " lanes=" << lanes;
+      const Matrix w = q.matrix(lanes);
+      const size_t rb = row_bytes(t, cols);
+      std::vector<uint8_t> all(q.plain.size());
+      deinterleave_rows(w, 0, rows, all.data());
+      EXPECT_EQ(all, q.plain) << dtype_name(t) << " lanes=" << lanes;
+      std::vector<uint8_t> one(rb);
+      std::vector<float> got(static_cast<size_t>(cols)), want(got.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        deinterleave_rows(w, r, 1, one.data());
+        ASSERT_EQ(std::memcmp(one.data(), q.plain.data() + static_cast<size_t>(r) * rb, rb), 0)
+            << dtype_name(t) << " lanes=" << lanes << " row " << r;
+        get_row(w, r, got.data());
+        get_row(q.matrix(0), r, want.data());
+        ASSERT_EQ(got, want) << dtype_name(t) << " lanes=" << lanes << " get_row " << r;
+      }
+    }
+  }
+}
+
+// Block counts with and without a partial group of 8 (the float order's phases), token counts
+// that take the single-token, pair and odd paths, 1 and 3 threads (one matrix large enough to
+// be split into several tasks), both interleaves (a level
+// reading the other's layout de-interleaves).
+TEST(Interleave, a_matmul_over_it_is_the_plain_matrix_result_bit_for_bit_at_every_level) {
+  RestoreBestLevel restore;
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(3)};
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : kTypes) {
+      for (int32_t lanes : {8, 16}) {
+        for (int64_t nb : {2, 8, 18, 19}) {
+          const int64_t rows = (nb == 19 ? 64 : 6) * lanes, cols = nb * block_elems(t);
+          const Quantized q = make(t, rows, cols, lanes, static_cast<uint32_t>(nb));
+          const Matrix plain = q.matrix(0), inter = q.matrix(lanes);
+          for (int64_t n_tokens : {1, 2, 3, 5}) {
+            const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens), 2.0f);
+            for (auto& pool : pools) {
+              std::vector<float> want(static_cast<size_t>(rows * n_tokens)), got(want.size(), NAN);
+              matmul(plain, x.data(), n_tokens, want.data(), pool);
+              matmul(inter, x.data(), n_tokens, got.data(), pool);
+              for (size_t k = 0; k < got.size(); ++k) {
+                ASSERT_EQ(got[k], want[k])
+                    << level << " " << dtype_name(t) << " lanes=" << lanes << " nb=" << nb
+                    << " tokens=" << n_tokens << " threads=" << pool.size() << " k=" << k;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The levels that have a kernel for the layout ask for it (so the test above ran it, not only
+// the de-interleaving fallback), and only for whole groups.
+TEST(Interleave, the_best_level_asks_for_the_layout_its_kernel_reads) {
+  RestoreBestLevel restore;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : kTypes) {
+      const simd::GemmKernel g = active_gemm_kernel(t);
+      const int32_t want = g.interleaved_run != nullptr ? g.interleave_rows : 0;
+      EXPECT_EQ(preferred_interleave(t, 64, 512), want) << level << " " << dtype_name(t);
+      EXPECT_EQ(preferred_interleave(t, 64 + 4, 512), 0) << level << " " << dtype_name(t);
+      if (level == "avx512-vnni") {
+        EXPECT_EQ(want, 16) << dtype_name(t);
+      }
+      if (g.interleaved_run == nullptr) continue;
+      // The kernel itself, called as matmul calls it for a task of two groups.
+      const int64_t cols = 18 * block_elems(t), rows = 2 * g.interleave_rows, n_tokens = 3;
+      const Quantized q = make(t, rows, cols, g.interleave_rows, 5);
+      const auto x = random_floats(n_tokens * cols, 6, 2.0f);
+      const DType at = vec_dot_type(t);
+      const size_t arb = row_bytes(at, cols);
+      std::vector<uint8_t> xq(arb * n_tokens);
+      for (int64_t k = 0; k < n_tokens; ++k) quantize_row(at, &x[k * cols], &xq[k * arb], cols);
+      ThreadPool pool(1);
+      std::vector<float> want_y(static_cast<size_t>(rows * n_tokens)), got(want_y.size(), NAN);
+      matmul(q.matrix(0), x.data(), n_tokens, want_y.data(), pool);
+      g.interleaved_run(cols, q.interleaved.data(), rows, xq.data(), arb, n_tokens, got.data(),
+                        static_cast<size_t>(rows));
+      EXPECT_EQ(got, want_y) << level << " " << dtype_name(t);
+    }
+    EXPECT_EQ(preferred_interleave(DType::Q4_K, 64, 512), 0) << level;
+  }
+}
+
+}  // namespace
+}  // namespace ember::tensor
