@@ -291,20 +291,29 @@ struct FromPack8 {
 };
 
 // A group of 8 rows in the interleaved layout (tensor/interleave.h): the fp16 scales, then the
-// rows' quant words side by side (Q8_0: the signed levels; the 4-bit types: word k's low
-// nibbles are levels 4k..4k+3, its high nibbles levels 16+4k..16+4k+3).
+// rows' quant words side by side (Q8_0: the signed levels; the 4- and 5-bit types: word k's
+// low nibbles are levels 4k..4k+3, its high nibbles levels 16+4k..16+4k+3, and the reordered
+// fifth-bit word holds vector k's fifth bits at bit k of each byte).
 template <class U>
 struct FromInterleaved8 : InterleavedGroup<U, kLanes> {
-  using typename InterleavedGroup<U, kLanes>::B;
-  using InterleavedGroup<U, kLanes>::kWords;
+  using G = InterleavedGroup<U, kLanes>;
+  using typename G::B;
   static __m256i levels(const uint8_t* pb, int k) {
     if constexpr (std::is_same_v<B, BlockQ8_0>) {
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + kWords + 32 * k));
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + G::kWords + 32 * k));
     } else {
       const __m256i raw =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + kWords + 32 * (k & 3)));
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + G::kWords + 32 * (k & 3)));
       const __m256i lo4 = _mm256_set1_epi8(0x0F);
-      return k < 4 ? _mm256_and_si256(raw, lo4) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);
+      const __m256i nib =
+          k < 4 ? _mm256_and_si256(raw, lo4) : _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);
+      if constexpr (!G::kQh) {
+        return nib;
+      } else {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + G::kQhOff));
+        const __m256i at4 = k <= 4 ? _mm256_slli_epi32(qh, 4 - k) : _mm256_srli_epi32(qh, k - 4);
+        return _mm256_or_si256(nib, _mm256_and_si256(at4, _mm256_set1_epi8(0x10)));
+      }
     }
   }
   static __m256i abs_levels(const uint8_t*, int, __m256i wk) { return _mm256_sign_epi8(wk, wk); }
@@ -489,6 +498,8 @@ void add_avx2_gemm(KernelOverrides* o) {
   add_interleaved_avx2<UnpackQ8_0>(o, DType::Q8_0);
   add_interleaved_avx2<UnpackUQ4_0>(o, DType::Q4_0);
   add_interleaved_avx2<UnpackQ4_1>(o, DType::Q4_1);
+  add_interleaved_avx2<UnpackUQ5_0>(o, DType::Q5_0);
+  add_interleaved_avx2<UnpackQ5_1>(o, DType::Q5_1);
   add_k_packed<UnpackQ4_K>(o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(o, DType::Q6_K);

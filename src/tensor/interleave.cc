@@ -10,31 +10,59 @@
 namespace ember::tensor {
 namespace {
 
-// A block as the layout sees it: `heads` fp16 fields (d, or d and m) then the quant bytes.
+// A block as the layout sees it: `heads` fp16 fields (d, or d and m), the 32-bit word of fifth
+// bits (Q5_0, Q5_1), then the quant bytes.
 struct Shape {
   size_t heads = 0;     // fp16 fields before the quant bytes
+  bool qh = false;      // a word of fifth bits after them
   size_t qs_words = 0;  // 32-bit words of quant bytes
 };
 
 Shape shape_of(DType t) {
   switch (t) {
     case DType::Q8_0:
-      return {1, 8};
+      return {1, false, 8};
     case DType::Q4_0:
-      return {1, 4};
+      return {1, false, 4};
     case DType::Q4_1:
-      return {2, 4};
+      return {2, false, 4};
+    case DType::Q5_0:
+      return {1, true, 4};
+    case DType::Q5_1:
+      return {2, true, 4};
     default:
       return {};
   }
 }
 
-// Byte offset, within a tile of `lanes` rows, of lane r's fp16 field h and of its word k.
+// Byte offset, within a tile of `lanes` rows, of lane r's fp16 field h, its fifth-bit word and
+// its quant word k.
 size_t head_at(size_t lanes, size_t h, size_t r) {
   return (h * lanes + r) * 2;
 }
+size_t qh_at(const Shape& s, size_t lanes, size_t r) {
+  return s.heads * lanes * 2 + r * 4;
+}
 size_t word_at(const Shape& s, size_t lanes, size_t k, size_t r) {
-  return s.heads * lanes * 2 + (k * lanes + r) * 4;
+  return s.heads * lanes * 2 + (s.qh ? lanes * 4 : 0) + (k * lanes + r) * 4;
+}
+
+// The fifth bits reordered so that bit 8i + k holds element 4k + i's (i < 4, k < 8): a kernel
+// then finds the bits of elements 4k..4k+3 (one 32-bit lane of its vector k) in byte i's bit
+// k, one shift and one mask away from bit 4.
+uint32_t spread_qh(uint32_t qh) {
+  uint32_t out = 0;
+  for (uint32_t k = 0; k < 8; ++k) {
+    for (uint32_t i = 0; i < 4; ++i) out |= ((qh >> (4 * k + i)) & 1u) << (8 * i + k);
+  }
+  return out;
+}
+uint32_t gather_qh(uint32_t spread) {
+  uint32_t out = 0;
+  for (uint32_t k = 0; k < 8; ++k) {
+    for (uint32_t i = 0; i < 4; ++i) out |= ((spread >> (8 * i + k)) & 1u) << (4 * k + i);
+  }
+  return out;
 }
 
 }  // namespace
@@ -65,8 +93,15 @@ void interleave_groups(DType t, int64_t cols, int32_t lanes, const void* src, vo
         const uint8_t* blk = row + b * bb;
         uint8_t* tl = out + (g * nb + b) * tile;
         for (size_t h = 0; h < s.heads; ++h) std::memcpy(tl + head_at(L, h, r), blk + 2 * h, 2);
+        const size_t qs = 2 * s.heads + (s.qh ? 4 : 0);
+        if (s.qh) {
+          uint32_t qh;
+          std::memcpy(&qh, blk + 2 * s.heads, 4);
+          qh = spread_qh(qh);
+          std::memcpy(tl + qh_at(s, L, r), &qh, 4);
+        }
         for (size_t k = 0; k < s.qs_words; ++k) {
-          std::memcpy(tl + word_at(s, L, k, r), blk + 2 * s.heads + 4 * k, 4);
+          std::memcpy(tl + word_at(s, L, k, r), blk + qs + 4 * k, 4);
         }
       }
     }
@@ -88,8 +123,15 @@ void deinterleave_rows(const Matrix& w, int64_t r0, int64_t n, void* dst) {
       const uint8_t* tl = in + (g * nb + b) * tile;
       uint8_t* blk = o + b * bb;
       for (size_t h = 0; h < s.heads; ++h) std::memcpy(blk + 2 * h, tl + head_at(L, h, r), 2);
+      const size_t qs = 2 * s.heads + (s.qh ? 4 : 0);
+      if (s.qh) {
+        uint32_t qh;
+        std::memcpy(&qh, tl + qh_at(s, L, r), 4);
+        qh = gather_qh(qh);
+        std::memcpy(blk + 2 * s.heads, &qh, 4);
+      }
       for (size_t k = 0; k < s.qs_words; ++k) {
-        std::memcpy(blk + 2 * s.heads + 4 * k, tl + word_at(s, L, k, r), 4);
+        std::memcpy(blk + qs + 4 * k, tl + word_at(s, L, k, r), 4);
       }
     }
   }

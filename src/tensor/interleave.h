@@ -1,14 +1,16 @@
 // Weight matrices in an interleaved layout: groups of L rows whose blocks are stored side by side,
 // so a SIMD level that keeps one row per vector lane reads its operands with plain vector loads
 // instead of transposing rows at run time (the prefill packs) or reducing one row's block sums
-// across lanes (the decode rows). The bytes are the same as the plain layout's, permuted: a
-// matrix takes the same memory and streams as one sequential read.
+// across lanes (the decode rows). The bits are the plain layout's, permuted: a matrix takes the
+// same memory and streams as one sequential read.
 //
-// Layout, for the types interleavable() accepts (Q8_0, Q4_0, Q4_1) and rows a multiple of L:
-// group g (rows gL .. gL+L-1) is nb tiles, one per block column b, tile (g, b) at byte offset
-// (g * nb + b) * L * block_bytes. A tile holds, for lanes r = 0 .. L-1 (row gL + r):
+// Layout, for the types interleavable() accepts (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and rows a
+// multiple of L: group g (rows gL .. gL+L-1) is nb tiles, one per block column b, tile (g, b) at
+// byte offset (g * nb + b) * L * block_bytes. A tile holds, for lanes r = 0 .. L-1 (row gL + r):
 //   d[L]     the rows' fp16 block scales,
-//   m[L]     the rows' fp16 block mins (Q4_1 only),
+//   m[L]     the rows' fp16 block mins (Q4_1, Q5_1),
+//   qh[L]    the rows' 32-bit words of fifth bits (Q5_0, Q5_1), reordered: bit 8i + k holds
+//            element 4k + i's (i < 4, k < 8),
 //   then the rows' quant bytes as 32-bit words: word k of all L rows together (64 bytes at L =
 //   16), i.e. byte 4r + j of word group k is qs[4k + j] of row gL + r, unchanged.
 // Matrix::interleave = L marks a matrix in this layout (tensor/matmul.h). Every level computes

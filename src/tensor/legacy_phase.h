@@ -280,13 +280,16 @@ inline void prefetch_slice(const uint8_t* next, size_t bytes, int64_t nb, int64_
 }
 
 // A group of L rows in the interleaved layout (tensor/interleave.h) as the levels' kernels read
-// it: tile b (block column b of the L rows) is the rows' fp16 scales (and mins), then their
-// quant words side by side (kWords bytes in).
+// it: tile b (block column b of the L rows) is the rows' fp16 scales (and mins), their fifth-bit
+// words (kQhOff bytes in), then their quant words side by side (kWords bytes in).
 template <class U, int L>
 struct InterleavedGroup {
   using B = typename U::Block;
-  static constexpr size_t kHeads = std::is_same_v<B, BlockQ4_1> ? 2 : 1;
-  static constexpr size_t kTile = L * sizeof(B), kWords = kHeads * L * 2;
+  static constexpr bool kQh = std::is_same_v<B, BlockQ5_0> || std::is_same_v<B, BlockQ5_1>;
+  static constexpr size_t kHeads =
+      std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_1> ? 2 : 1;
+  static constexpr size_t kQhOff = kHeads * L * 2;  // the reordered fifth-bit words
+  static constexpr size_t kTile = L * sizeof(B), kWords = kQhOff + (kQh ? L * 4 : 0);
   const uint8_t* group;
   const uint8_t* tile(int64_t b) const { return group + static_cast<size_t>(b) * kTile; }
   // The matrix is one sequential stream (groups follow each other): a fixed distance ahead.

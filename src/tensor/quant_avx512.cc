@@ -295,21 +295,30 @@ struct FromPack {
 
 // A group of 16 rows in the interleaved layout (tensor/interleave.h): the fp16 scales, then the
 // rows' quant words side by side, so a vector load gives vector k's raw bytes (Q8_0: the signed
-// levels, flipped to unsigned as UnpackUQ8_0 does; the 4-bit types: word k's low nibbles are
-// levels 4k..4k+3, its high nibbles levels 16+4k..16+4k+3).
+// levels, flipped to unsigned as UnpackUQ8_0 does; the 4- and 5-bit types: word k's low nibbles
+// are levels 4k..4k+3, its high nibbles levels 16+4k..16+4k+3, and the reordered fifth-bit word
+// holds vector k's fifth bits at bit k of each byte).
 template <class U>
 struct FromInterleaved : InterleavedGroup<U, kLanes> {
-  using typename InterleavedGroup<U, kLanes>::B;
-  using InterleavedGroup<U, kLanes>::kWords;
+  using G = InterleavedGroup<U, kLanes>;
+  using typename G::B;
   static constexpr bool kQ8 = std::is_same_v<B, BlockQ8_0>;
   static __m512i levels(const uint8_t* pb, int k) {
     if constexpr (kQ8) {
-      return _mm512_xor_si512(_mm512_loadu_si512(pb + kWords + 64 * k),
+      return _mm512_xor_si512(_mm512_loadu_si512(pb + G::kWords + 64 * k),
                               _mm512_set1_epi8(static_cast<char>(0x80)));
     } else {
-      const __m512i raw = _mm512_loadu_si512(pb + kWords + 64 * (k & 3));
+      const __m512i raw = _mm512_loadu_si512(pb + G::kWords + 64 * (k & 3));
       const __m512i lo4 = _mm512_set1_epi8(0x0F);
-      return k < 4 ? _mm512_and_si512(raw, lo4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+      const __m512i nib =
+          k < 4 ? _mm512_and_si512(raw, lo4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+      if constexpr (!G::kQh) {
+        return nib;
+      } else {
+        const __m512i qh = _mm512_loadu_si512(pb + G::kQhOff);
+        const __m512i at4 = k <= 4 ? _mm512_slli_epi32(qh, 4 - k) : _mm512_srli_epi32(qh, k - 4);
+        return _mm512_or_si512(nib, _mm512_and_si512(at4, _mm512_set1_epi8(0x10)));
+      }
     }
   }
   static __m512 d(const uint8_t* pb) {
@@ -419,20 +428,53 @@ void phase_packed_run(int64_t n, const uint8_t* w, size_t ws, int64_t nrows, con
   }
 }
 
-// The same for whole groups of 16 interleaved rows, decode and prefill: nothing to pack, the
-// levels unpacked per token pair as they are read (unpacking a group once into pack16's layout
-// for 2 or more tokens was slower: kernels_bench, 1 thread, 3 paired rounds, Q4_1 2048x640 at
-// 8 tokens 95 vs 119 us, at 64 tokens 769 vs 797 us; Q8_0 2048x640 at 64 tokens 753 vs 864).
+// A group's levels unpacked once into pack16's layout (no transpose: the words are already in
+// lanes), for the 5-bit types at kUnpackTokens tokens or more: their fifth bits cost four more
+// operations per vector, which a token pair would pay again for every pair. kernels_bench, 1
+// thread, 3 paired rounds, read directly vs unpacked: Q5_0 1024x640 at 8 tokens 54.8 vs 60.6
+// us, at 64 tokens 443 vs 402; 2048x640 at 8 110 vs 129, at 64 959 vs 792.
+constexpr int64_t kUnpackTokens = 16;
+
+template <class U>
+void unpack16(int64_t nb, const FromInterleaved<U>& src, uint8_t* buf) {
+  using I = FromInterleaved<U>;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* tl = src.tile(b);
+    prefetch_next_group(tl, static_cast<size_t>(nb) * I::kTile, I::kTile);
+    uint8_t* pb = buf + static_cast<size_t>(b) * kPackedBlock;
+    EMBER_UNROLL
+    for (int k = 0; k < 8; ++k) _mm512_storeu_si512(pb + 64 * k, I::levels(tl, k));
+    _mm512_storeu_ps(pb + kDOff, I::d(tl));
+    _mm512_storeu_ps(pb + kMOff, I::kHeads == 2 ? I::m(tl) : _mm512_setzero_ps());
+  }
+}
+
+// The same for whole groups of 16 interleaved rows, decode and prefill: nothing to pack. The
+// 4-bit types and Q8_0 unpack their levels per token pair as they are read (unpacking a group
+// once into pack16's layout for 2 or more tokens was slower: kernels_bench, 1 thread, 3 paired
+// rounds, Q4_1 2048x640 at 8 tokens 95 vs 119 us, at 64 tokens 769 vs 797 us; Q8_0 2048x640
+// at 64 tokens 753 vs 864).
 template <class U>
 void phase_interleaved_run(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a, size_t as,
                            int64_t nt, float* y, size_t ys) {
   const int64_t nb = n / kQK;
-  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, static_cast<size_t>(nt));
+  const size_t nts = static_cast<size_t>(nt);
+  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, nts);
   const size_t group_bytes = static_cast<size_t>(nb) * FromInterleaved<U>::kTile;
+  const bool unpack = FromInterleaved<U>::kQh && nt >= kUnpackTokens;
+  thread_local std::vector<uint8_t> buf;
+  if (unpack && buf.size() < static_cast<size_t>(nb) * kPackedBlock) {
+    buf.resize(static_cast<size_t>(nb) * kPackedBlock);
+  }
   for (int64_t r = 0; r < nrows; r += kLanes) {
     const FromInterleaved<U> src{{w + static_cast<size_t>(r / kLanes) * group_bytes}};
-    tokens16<U>(nb, src, a, as, static_cast<size_t>(nt), sides, static_cast<__mmask16>(0xFFFF),
-                y + r, ys);
+    if (unpack) {
+      unpack16<U>(nb, src, buf.data());
+      tokens16<U>(nb, FromPack{buf.data()}, a, as, nts, sides, static_cast<__mmask16>(0xFFFF),
+                  y + r, ys);
+    } else {
+      tokens16<U>(nb, src, a, as, nts, sides, static_cast<__mmask16>(0xFFFF), y + r, ys);
+    }
   }
 }
 
@@ -462,6 +504,8 @@ KernelOverrides avx512_kernels() {
   add_interleaved<UnpackUQ8_0>(&o, DType::Q8_0);
   add_interleaved<UnpackUQ4_0>(&o, DType::Q4_0);
   add_interleaved<UnpackQ4_1>(&o, DType::Q4_1);
+  add_interleaved<UnpackUQ5_0>(&o, DType::Q5_0);
+  add_interleaved<UnpackQ5_1>(&o, DType::Q5_1);
   add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(&o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);
