@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "tensor/attention.h"
+#include "tensor/exp_avx2.h"
 #include "tensor/quant_simd.h"
 
 namespace ember::tensor::simd {
@@ -23,11 +24,24 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_hadd_ps(h, h));
 }
 
+// hsum8 of eight vectors at once: lane k of the result is hsum8(v[k]), in the same order of
+// additions ((0+4)+(1+5)) + ((2+6)+(3+7)), so the scores are bit for bit those of hsum8.
+__attribute__((target("avx2,fma"))) inline __m256 hsum8x8(const __m256 v[8]) {
+  __m256 t[4];  // t[j] = [lo+hi of v[j] | lo+hi of v[j + 4]]
+  EMBER_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[j], v[j + 4], 0x20),
+                         _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+  }
+  return _mm256_hadd_ps(_mm256_hadd_ps(t[0], t[1]), _mm256_hadd_ps(t[2], t[3]));
+}
+
 // Up to four queries (NQ) at once: each 8-float chunk of a key row is loaded once for all of
-// them, two keys per pass. Lane j of a query's accumulator sums dimensions j mod 8, as the
-// reference's partial sums do. hd % 32 == 0. Scores are independent of the pairing, and the
-// weighted sum of V runs in position order across segments, so the result does not depend on
-// how the positions are cut into segments.
+// them, eight keys per pass (their dot products reduced together, hsum8x8), then two, then
+// one. Lane j of a query's accumulator sums dimensions j mod 8, as the reference's partial sums
+// do. hd % 32 == 0. Scores are independent of the grouping, and the weighted sum of V runs in
+// position order across segments, so the result does not depend on how the positions are cut
+// into segments.
 template <int NQ>
 __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, const KvSegment* segs,
                                                 int32_t n_segs, int64_t stride, int32_t n,
@@ -36,11 +50,40 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
   float mx[NQ];
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
+  const __m256 vscale = _mm256_set1_ps(scale);
   int32_t base = 0;  // position of the segment's first row
   for (int32_t s = 0; s < n_segs; ++s) {
     const float* k = segs[s].k;
     const int32_t m = segs[s].n;
     int32_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+      const float* k0 = k + i * stride;
+      __m256 a[NQ][8];
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) EMBER_UNROLL
+      for (auto& v : a[g]) v = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 8) {
+        __m256 qv[NQ];
+        EMBER_UNROLL
+        for (int g = 0; g < NQ; ++g) qv[g] = _mm256_loadu_ps(q + g * qs + d);
+        EMBER_UNROLL
+        for (int j = 0; j < 8; ++j) {
+          const __m256 kv = _mm256_loadu_ps(k0 + j * stride + d);
+          EMBER_UNROLL
+          for (int g = 0; g < NQ; ++g) a[g][j] = _mm256_fmadd_ps(qv[g], kv, a[g][j]);
+        }
+      }
+      const int32_t p = base + i;
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) {
+        const __m256 sv = _mm256_mul_ps(hsum8x8(a[g]), vscale);
+        _mm256_storeu_ps(scores + g * n + p, sv);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(sv), _mm256_extractf128_ps(sv, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        mx[g] = std::max(mx[g], _mm_cvtss_f32(m4));
+      }
+    }
     for (; i + 2 <= m; i += 2) {
       const float* k0 = k + i * stride;
       const float* k1 = k0 + stride;
@@ -86,16 +129,29 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
     }
     base += m;
   }
+  // Softmax, 8 scores at a time (the tail one by one with std::exp).
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) {
     float* sc = scores + g * n;
-    float sum = 0;
-    for (int32_t i = 0; i < n; ++i) {
+    const __m256 vmx = _mm256_set1_ps(mx[g]);
+    __m256 vsum = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + i), vmx));
+      _mm256_storeu_ps(sc + i, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum8(vsum);
+    for (; i < n; ++i) {
       sc[i] = std::exp(sc[i] - mx[g]);
       sum += sc[i];
     }
-    const float inv = 1.f / sum;
-    for (int32_t i = 0; i < n; ++i) sc[i] *= inv;
+    const __m256 inv = _mm256_set1_ps(1.f / sum);
+    i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(sc + i, _mm256_mul_ps(_mm256_loadu_ps(sc + i), inv));
+    const float inv1 = 1.f / sum;
+    for (; i < n; ++i) sc[i] *= inv1;
   }
   // out = weights . V, 32 output floats per query per pass, V rows read once for all queries.
   for (int32_t d = 0; d < hd; d += 32) {

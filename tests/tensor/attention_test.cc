@@ -10,6 +10,7 @@
 
 #include "tensor/activation.h"
 #include "tensor/attention.h"
+#include "tensor/exp_avx2.h"
 #include "tensor/quant.h"
 #include "tensor/quant_simd.h"
 
@@ -133,6 +134,23 @@ TEST(Attention, segmented_kv_is_bit_identical_to_contiguous_at_every_level) {
       }
     }
   }
+}
+
+// The softmax's vector exp against std::exp over the range scores minus their maximum take.
+TEST(Attention, the_vector_exp_is_within_2e_7_of_std_exp_over_minus_87_to_0) {
+  if (!simd::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::vector<float> x, y;
+  for (int i = 0; i < 87 * 4096; ++i) x.push_back(-static_cast<float>(i) / 4096.f);
+  x.resize(x.size() / 8 * 8);
+  y.resize(x.size());
+  simd::exp_nonpositive_n(x.data(), y.data(), static_cast<int>(x.size()));
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]));
+    worst = std::max(worst, std::fabs(y[i] - want) / want);
+  }
+  EXPECT_LT(worst, 2e-7);
+  EXPECT_EQ(y[0], 1.f) << "e^0";
 }
 
 TEST(Attention, the_scalar_level_runs_the_reference_and_the_others_their_own_kernel) {
