@@ -53,7 +53,7 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   const int32_t lanes = ember::tensor::preferred_interleave(t, rows, cols);
   if (lanes > 0) {
     std::vector<uint8_t> inter(q.size());
-    ember::tensor::interleave_groups(t, cols, lanes, q.data(), inter.data(), 0, rows / lanes);
+    ember::tensor::interleave_matrix(t, rows, cols, lanes, q.data(), inter.data(), false);
     q.swap(inter);
   }
   auto arena = ember::tensor::WeightArena::create(q.size());

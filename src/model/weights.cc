@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <string>
 
 #include "tensor/interleave.h"
@@ -181,29 +180,20 @@ bool copy_matrices_to_arena(Weights* w, const std::atomic<bool>* cancel) {
       }
     }
     const size_t n = matrix_bytes(m);
-    // In the layout the active level computes fastest with (the same bytes, permuted: the
+    // In the layout the active level computes fastest with (the same bits, permuted: the
     // kernels give the same results either way); source pages released as each chunk is done.
     const int32_t lanes = tensor::preferred_interleave(m.type, m.rows, m.cols);
     const uint8_t* to = nullptr;
     if (lanes > 0) {
       uint8_t* dst = arena->take(n);
       EMBER_ASSERT(dst != nullptr);  // sized above
-      const size_t group_bytes = tensor::row_bytes(m.type, m.cols) * static_cast<size_t>(lanes);
-      const int64_t groups = m.rows / lanes;
-      const int64_t chunk =
-          std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / group_bytes));
-      const auto* src = static_cast<const uint8_t*>(m.data);
-      for (int64_t g = 0; g < groups; g += chunk) {
-        const int64_t g1 = std::min(groups, g + chunk);
-        tensor::interleave_groups(m.type, m.cols, lanes, src, dst, g, g1);
-        tensor::release_pages(src + static_cast<size_t>(g) * group_bytes,
-                              static_cast<size_t>(g1 - g) * group_bytes);
-      }
+      tensor::interleave_matrix(m.type, m.rows, m.cols, lanes, m.data, dst,
+                                /*release_source=*/true);
       to = dst;
     } else {
       to = arena->add(m.data, n, /*release_source=*/true);
-      EMBER_ASSERT(to != nullptr);  // sized above
     }
+    EMBER_ASSERT(to != nullptr);  // sized above
     moved.push_back({m.data, to, lanes});
     m.data = to;
     m.interleave = lanes;

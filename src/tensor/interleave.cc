@@ -1,11 +1,13 @@
 #include "tensor/interleave.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/result.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 #include "tensor/quant_simd.h"
+#include "tensor/weight_arena.h"
 
 namespace ember::tensor {
 namespace {
@@ -104,6 +106,23 @@ void interleave_groups(DType t, int64_t cols, int32_t lanes, const void* src, vo
           std::memcpy(tl + word_at(s, L, k, r), blk + qs + 4 * k, 4);
         }
       }
+    }
+  }
+}
+
+void interleave_matrix(DType t, int64_t rows, int64_t cols, int32_t lanes, const void* src,
+                       void* dst, bool release_source) {
+  EMBER_ASSERT(lanes > 0 && rows % lanes == 0);
+  const size_t group_bytes = row_bytes(t, cols) * static_cast<size_t>(lanes);
+  const int64_t groups = rows / lanes;
+  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / group_bytes));
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (int64_t g = 0; g < groups; g += chunk) {
+    const int64_t g1 = std::min(groups, g + chunk);
+    interleave_groups(t, cols, lanes, src, dst, g, g1);
+    if (release_source) {
+      release_pages(s + static_cast<size_t>(g) * group_bytes,
+                    static_cast<size_t>(g1 - g) * group_bytes);
     }
   }
 }

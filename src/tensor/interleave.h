@@ -39,6 +39,12 @@ int32_t preferred_interleave(DType t, int64_t rows, int64_t cols);
 void interleave_groups(DType t, int64_t cols, int32_t lanes, const void* src, void* dst, int64_t g0,
                        int64_t g1);
 
+// A whole rows x cols matrix of plain rows into dst in the layout, in chunks of about 4 MiB;
+// with release_source, src's pages are released (release_pages) as each chunk is done, so the
+// copy never holds both whole (as WeightArena::add does for a plain copy).
+void interleave_matrix(DType t, int64_t rows, int64_t cols, int32_t lanes, const void* src,
+                       void* dst, bool release_source);
+
 // Plain row bytes of rows [r0, r0 + n) of an interleaved matrix w, into dst (n * row_bytes).
 void deinterleave_rows(const Matrix& w, int64_t r0, int64_t n, void* dst);
 
