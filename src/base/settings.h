@@ -9,6 +9,7 @@
 // valid value or returns an error naming the flag and the bad value; dump() → set() round-trips.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,12 +53,17 @@ class Table {
     std::string env;    // "" for none
     std::string help;
     Member member;
-    std::optional<double> min, max;  // numbers only
-    bool secret = false;             // dump() shows "(set)" instead of the value
-    bool hidden = false;             // left out of --help (test-only and env-only settings)
+    std::optional<double> min, max;    // numbers only
+    std::vector<std::string> choices;  // strings only: the values allowed (empty: any)
+    bool secret = false;               // dump() shows "(set)" instead of the value
+    bool hidden = false;               // left out of --help (test-only and env-only settings)
     Field& range(double lo, double hi) {
       min = lo;
       max = hi;
+      return *this;
+    }
+    Field& one_of(std::vector<std::string> values) {
+      choices = std::move(values);
       return *this;
     }
     Field& at_least(double lo) {
@@ -152,6 +158,14 @@ class Table {
         std::string lo = f.min ? format_value(*f.min) : "-inf";
         std::string hi = f.max ? format_value(*f.max) : "inf";
         return fail("--{}: {} is out of range [{}, {}]", f.key, format_value(v), lo, hi);
+      }
+    }
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (!f.choices.empty() &&
+          std::find(f.choices.begin(), f.choices.end(), v) == f.choices.end()) {
+        std::string allowed;
+        for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
+        return fail("--{}: '{}' is not one of {}", f.key, v, allowed);
       }
     }
     return {};

@@ -93,6 +93,7 @@ int run_kv_bytes(const KvBytesOptions& o) {
   lo.n_threads = o.threads;
   lo.n_ctx = measure.back();
   lo.huge_page_weights = false;
+  lo.kv_type = o.kv_type;
   auto backend = model::load_cpu_model(shared, lo);
   if (!backend) return fail_with(backend.message());
   model::Backend& b = **backend;
@@ -120,7 +121,8 @@ int run_kv_bytes(const KvBytesOptions& o) {
   }
 
   int64_t global_per_token = 0, sliding_per_token = 0;
-  const int64_t row = int64_t{2} * cfg->n_head_kv * cfg->head_dim * int64_t{sizeof(float)};
+  // One layer's K and V of one position, in the cache's type.
+  const int64_t row = b.kv_layout().block_bytes / (int64_t{B} * cfg->n_layer);
   for (int32_t il = 0; il < cfg->n_layer; ++il) {
     (cfg->is_sliding(il) ? sliding_per_token : global_per_token) += row;
   }

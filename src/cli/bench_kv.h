@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "model/backend.h"
+
 namespace ember::cli {
 
 struct KvBytesOptions {
@@ -21,6 +23,7 @@ struct KvBytesOptions {
   int threads = 0;
   std::vector<int> lengths;  // context lengths to report
   int measure_up_to = 4096;  // the longest really prefilled
+  model::KvType kv_type = model::KvType::F16;
   bool json = false;
 };
 

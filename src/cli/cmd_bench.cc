@@ -59,6 +59,7 @@ struct BenchOptions {
   std::string simd_level;  // empty: the best this CPU has
   std::string kv_lengths;  // non-empty: only report KV bytes per sequence (cli/bench_kv.h)
   int32_t kv_measure_up_to = 4096;
+  std::string kv_type = "f16";  // model::kv_type_name
 };
 
 double ms_since(Clock::time_point t0, Clock::time_point t1) {
@@ -173,6 +174,7 @@ Result<Loaded> load(const BenchOptions& o, int32_t max_sequences, int32_t n_ctx)
   lo.n_threads = o.threads;
   lo.n_ctx = n_ctx;
   lo.huge_page_weights = !o.mmap_weights;
+  lo.kv_type = model::kv_type_from_name(o.kv_type).value();  // checked by the option
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   engine::EngineOptions eo;
   eo.max_sequences = max_sequences;
@@ -206,9 +208,10 @@ void print_text(const json& o) {
   }
   if (!o.contains("model")) return;
   std::printf(
-      "model %s: loaded in %.0f ms, %.1f MB of weights per decode step, peak RSS %.0f MiB\n",
+      "model %s: loaded in %.0f ms, %s KV, %.1f MB of weights per decode step, peak RSS %.0f "
+      "MiB\n",
       o["model"].get<std::string>().c_str(), o["load_ms"].get<double>(),
-      o["decode_bytes_per_token"].get<double>() / 1e6,
+      o["kv_type"].get<std::string>().c_str(), o["decode_bytes_per_token"].get<double>() / 1e6,
       o["peak_rss_bytes"].get<double>() / (1 << 20));
   std::printf("median [min-max] over %d rounds\n", o["rounds"].get<int>());
   if (o.contains("prefill")) {
@@ -301,6 +304,7 @@ int run(const BenchOptions& o) {
                          .threads = o.threads,
                          .lengths = *lengths,
                          .measure_up_to = o.kv_measure_up_to,
+                         .kv_type = model::kv_type_from_name(o.kv_type).value(),
                          .json = o.json});
   }
   auto conc = parse_list(o.concurrency, "--concurrency", 1, 256);
@@ -317,6 +321,7 @@ int run(const BenchOptions& o) {
   }
   engine::Engine& eng = *loaded->engine;
   out["model"] = loaded->file->path();
+  out["kv_type"] = o.kv_type;
   out["load_ms"] = loaded->load_ms;
   out["decode_bytes_per_token"] = loaded->decode_bytes;
 
@@ -428,6 +433,9 @@ int cmd_bench(int argc, char** argv) {
                  "kernel level to run (scalar, avx2, avx512-vnni; default: the best this CPU has)");
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
+  app.add_option("--kv-type", o.kv_type, "KV cache type: f16 or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
   app.add_option("--kv-lengths", o.kv_lengths,
                  "comma-separated context lengths: report KV bytes per sequence at each (vs "
                  "full history and llama.cpp's SWA cache) and stop");

@@ -33,6 +33,7 @@ struct RunOptions {
   int64_t seed = -1;
   int32_t threads = 0;
   int32_t ctx_size = 0;
+  std::string kv_type = "f16";
   bool chat = false;
   std::string system = text::kDefaultSystemPrompt;
 };
@@ -54,6 +55,7 @@ Result<Loaded> load(const RunOptions& o) {
   model::LoadOptions lo;
   lo.n_threads = o.threads;
   lo.n_ctx = o.ctx_size;
+  lo.kv_type = model::kv_type_from_name(o.kv_type).value();  // checked by the option
   lo.copy_weights_in_background = true;  // the first answer need not wait for the copy
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   EMBER_TRY(auto codec,
@@ -180,6 +182,10 @@ int cmd_run(int argc, char** argv) {
       ->envname("EMBER_THREADS")
       ->capture_default_str();
   app.add_option("-c,--ctx-size", o.ctx_size, "context size (0: min(model's, 4096))")
+      ->capture_default_str();
+  app.add_option("--kv-type", o.kv_type, "KV cache type: f16 (half the memory) or f32")
+      ->envname("EMBER_KV_TYPE")
+      ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
   app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")

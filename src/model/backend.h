@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -76,7 +78,7 @@ using KvBlockRef = std::shared_ptr<const KvBlock>;
 struct KvLayout {
   int32_t block_tokens = 16;
   int64_t block_bytes = 0;
-  std::string dtype = "f32";
+  std::string dtype = "f16";  // kv_type_name of the backend's KvType
   uint64_t model_fingerprint = 0;
   uint64_t context_key = 0;  // root of the prefix cache's hash chain
 };
@@ -142,6 +144,12 @@ class Backend {
   virtual int64_t weight_copy_bytes() const { return 0; }
 };
 
+// How the KV cache holds keys and values. f16 (IEEE half, llama.cpp's default cache type) halves
+// the cache's memory and attention's reads; f32 keeps them as computed.
+enum class KvType { F16, F32 };
+std::string_view kv_type_name(KvType t);  // "f16", "f32": KvLayout::dtype
+std::optional<KvType> kv_type_from_name(std::string_view name);
+
 struct LoadOptions {
   int32_t n_threads = 0;  // 0: all cores
   int32_t n_ctx = 0;      // 0: min(n_ctx_train, 4096)
@@ -153,6 +161,7 @@ struct LoadOptions {
   // the start of the first forward after the copy is done, so a server is ready without
   // waiting for the copy (up to seconds on a VM whose fresh memory is slow to fault in).
   bool copy_weights_in_background = false;
+  KvType kv_type = KvType::F16;
 };
 
 // Loads weights from the file (kept mapped; zero-copy). Errors: unknown architecture, a

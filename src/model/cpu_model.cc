@@ -24,8 +24,22 @@ namespace {
 constexpr int32_t kBlockTokens = 16;  // positions per KV block (the prefix cache's granularity)
 }  // namespace
 
-CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim)
-    : n_layer(cfg.n_layer), block_tokens(tokens), kv_dim(dim) {
+std::string_view kv_type_name(KvType t) {
+  return t == KvType::F16 ? "f16" : "f32";
+}
+
+std::optional<KvType> kv_type_from_name(std::string_view name) {
+  if (name == "f16") return KvType::F16;
+  if (name == "f32") return KvType::F32;
+  return std::nullopt;
+}
+
+CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim, KvType t)
+    : n_layer(cfg.n_layer),
+      block_tokens(tokens),
+      kv_dim(dim),
+      type(t),
+      elem_bytes(t == KvType::F16 ? sizeof(uint16_t) : sizeof(float)) {
   for (int32_t il = 0; il < n_layer; ++il) {
     const int32_t p = cfg.is_sliding(il) ? kSliding : kGlobal;
     part.push_back(p);
@@ -35,8 +49,8 @@ CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim
 
 CpuKvPart::CpuKvPart(std::shared_ptr<const CpuKvGeometry> geo, int32_t part)
     : geo_(std::move(geo)),
-      n_floats_(geo_->part_floats(part)),
-      data_(std::make_unique_for_overwrite<float[]>(n_floats_)) {
+      n_bytes_(geo_->part_bytes(part)),
+      data_(std::make_unique_for_overwrite<std::byte[]>(n_bytes_)) {
   geo_->live_bytes->fetch_add(bytes());
 }
 
@@ -65,7 +79,7 @@ std::shared_ptr<CpuKvBlock> CpuKvBlock::without_sliding() const {
 std::vector<std::span<const uint8_t>> CpuKvBlock::bytes() const {
   EMBER_ASSERT(whole());
   std::vector<std::span<const uint8_t>> out;
-  const size_t layer_bytes = geo_->layer_floats() * sizeof(float);
+  const size_t layer_bytes = geo_->layer_bytes();
   for (int32_t il = 0; il < geo_->n_layer; ++il) {
     const auto* p = reinterpret_cast<const uint8_t*>(row(il, 0, 0));
     if (!out.empty() && out.back().data() + out.back().size() == p) {
@@ -138,7 +152,7 @@ void CpuSequence::drop_outside_window(int32_t settled) {
 // ---- CpuBackend ----
 
 CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, Weights w,
-                       int32_t n_ctx, int32_t n_threads)
+                       int32_t n_ctx, int32_t n_threads, KvType kv_type)
     : file_(std::move(file)),
       cfg_(std::move(cfg)),
       w_(std::move(w)),
@@ -146,11 +160,11 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, 
       q_dim_(cfg_.n_head * cfg_.head_dim),
       kv_dim_(cfg_.n_head_kv * cfg_.head_dim),
       pool_(n_threads),
-      geo_(std::make_shared<const CpuKvGeometry>(cfg_, kBlockTokens, kv_dim_)),
+      geo_(std::make_shared<const CpuKvGeometry>(cfg_, kBlockTokens, kv_dim_, kv_type)),
       kv_window_(geo_->n_layers_in[CpuKvGeometry::kSliding] > 0 ? cfg_.sliding_window : 0) {
   layout_.block_tokens = kBlockTokens;
-  layout_.block_bytes = int64_t{2} * cfg_.n_layer * kBlockTokens * kv_dim_ * int64_t{sizeof(float)};
-  layout_.dtype = "f32";
+  layout_.block_bytes = static_cast<int64_t>(geo_->layer_bytes()) * cfg_.n_layer;
+  layout_.dtype = std::string(kv_type_name(kv_type));
   layout_.model_fingerprint = model_fingerprint(*file_, cfg_);
   layout_.context_key = kv_context_key(layout_, cfg_);
 }
@@ -176,7 +190,7 @@ Result<KvBlockRef> CpuBackend::kv_block_from_bytes(std::span<const uint8_t> byte
   }
   // Layer by layer, in the order bytes() gives them: a layer's K and V rows are contiguous.
   auto b = std::make_shared<CpuKvBlock>(geo_);
-  const size_t layer_bytes = geo_->layer_floats() * sizeof(float);
+  const size_t layer_bytes = geo_->layer_bytes();
   for (int32_t il = 0; il < cfg_.n_layer; ++il) {
     std::memcpy(b->k(il, 0), bytes.data() + size_t(il) * layer_bytes, layer_bytes);
   }
@@ -197,7 +211,7 @@ std::unique_ptr<Sequence> CpuBackend::fork_sequence(const Sequence& src, int32_t
   if (tail > 0) {
     seq->reserve(from.length());
     const CpuKvBlock* last = from.block_at(full);
-    const size_t row = static_cast<size_t>(kv_dim_) * sizeof(float);
+    const size_t row = static_cast<size_t>(kv_dim_) * geo_->elem_bytes;
     for (int32_t il = 0; il < cfg_.n_layer; ++il) {
       for (int32_t t = 0; t < tail; ++t) {
         std::memcpy(seq->k_slot(il, full * kBlockTokens + t), last->k(il, t), row);
@@ -390,8 +404,8 @@ void CpuBackend::layer(int32_t il) {
       ops::rope_head(k, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
     }
     CpuSequence* seq = seqs_[tok_item_[t]];  // each token writes its own cache position
-    std::memcpy(seq->k_slot(il, tok_pos_[t]), &k_[t * kv_dim_], kv_dim_ * sizeof(float));
-    std::memcpy(seq->v_slot(il, tok_pos_[t]), &v_[t * kv_dim_], kv_dim_ * sizeof(float));
+    store_kv(seq->k_slot(il, tok_pos_[t]), &k_[t * kv_dim_]);
+    store_kv(seq->v_slot(il, tok_pos_[t]), &v_[t * kv_dim_]);
   });
 
   attention(il);
@@ -423,6 +437,24 @@ void CpuBackend::layer(int32_t il) {
   });
 }
 
+// K and V rows enter the cache in its type: f16 rounds to nearest even (F16C at the vector
+// levels, bit-identical to the scalar conversion).
+void CpuBackend::store_kv(std::byte* dst, const float* src) const {
+  if (geo_->type == KvType::F16) {
+    tensor::quantize_row(tensor::DType::F16, src, dst, kv_dim_);  // round to nearest even
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(kv_dim_) * sizeof(float));
+  }
+}
+
+void CpuBackend::attention(int32_t il) {
+  if (geo_->type == KvType::F16) {
+    attention_as<uint16_t>(il);
+  } else {
+    attention_as<float>(il);
+  }
+}
+
 // Causal attention of every token over its own sequence's cache, which already holds this
 // chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
 // share the keys, the values and the causal range, so they run together
@@ -431,7 +463,8 @@ void CpuBackend::layer(int32_t il) {
 // part the sequence dropped (CpuSequence::drop_outside_window keeps every block a query at
 // length() or later can see; CpuKvBlock::k asserts it), so reused and trimmed blocks are read
 // exactly as fresh ones.
-void CpuBackend::attention(int32_t il) {
+template <typename T>
+void CpuBackend::attention_as(int32_t il) {
   const int32_t hd = cfg_.head_dim;
   const int32_t group = cfg_.n_head / cfg_.n_head_kv;
   const float scale =
@@ -442,7 +475,7 @@ void CpuBackend::attention(int32_t il) {
   // while the other idled (heaviest first, the light chunks fill the gaps at the end).
   pool_.parallel_for(n_tok_ * cfg_.n_head_kv, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
-    thread_local std::vector<tensor::KvSegment> segs;
+    thread_local std::vector<tensor::KvSegmentOf<T>> segs;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = n_tok_ - 1 - task / cfg_.n_head_kv;
       const int32_t kvh = static_cast<int32_t>(task % cfg_.n_head_kv);
@@ -459,7 +492,8 @@ void CpuBackend::attention(int32_t il) {
         const int32_t slot = p % B;
         const int32_t m = std::min(B - slot, pos - p + 1);
         const CpuKvBlock* blk = seq->block_at(p / B);
-        segs.push_back({blk->k(il, slot) + kvh * hd, blk->v(il, slot) + kvh * hd, m});
+        segs.push_back({reinterpret_cast<const T*>(blk->k(il, slot)) + kvh * hd,
+                        reinterpret_cast<const T*>(blk->v(il, slot)) + kvh * hd, m});
         p += m;
       }
       const int64_t h0 = int64_t{kvh} * group * hd;
@@ -505,7 +539,7 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   int32_t n_threads = opts.n_threads;
   if (n_threads == 0) n_threads = static_cast<int32_t>(std::thread::hardware_concurrency());
   auto backend = std::make_unique<CpuBackend>(std::move(file), std::move(cfg), std::move(w), n_ctx,
-                                              std::max(1, n_threads));
+                                              std::max(1, n_threads), opts.kv_type);
   if (background) backend->start_weight_copy();
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -23,31 +23,35 @@ namespace ember::model {
 // counter they report to.
 struct CpuKvGeometry {
   enum Part : int32_t { kGlobal = 0, kSliding = 1 };
-  CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim);
+  CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim, KvType type);
   int32_t n_layer, block_tokens, kv_dim;
+  KvType type;
+  size_t elem_bytes;                // 2 (f16) or 4 (f32)
   std::vector<int32_t> part;        // [n_layer] kGlobal or kSliding
   std::vector<int32_t> index;       // [n_layer] the layer's index within its part
   int32_t n_layers_in[2] = {0, 0};  // layers per part
   std::shared_ptr<std::atomic<int64_t>> live_bytes = std::make_shared<std::atomic<int64_t>>(0);
-  size_t layer_floats() const { return size_t{2} * size_t(block_tokens) * size_t(kv_dim); }
-  size_t part_floats(int32_t p) const { return size_t(n_layers_in[p]) * layer_floats(); }
+  size_t layer_bytes() const {
+    return size_t{2} * size_t(block_tokens) * size_t(kv_dim) * elem_bytes;
+  }
+  size_t part_bytes(int32_t p) const { return size_t(n_layers_in[p]) * layer_bytes(); }
 };
 
-// One part's memory, f32 [layers in the part][2 (K, V)][block_tokens][kv_dim]. Counts itself in
-// the live bytes for as long as any block object holds it.
+// One part's memory, [layers in the part][2 (K, V)][block_tokens][kv_dim] elements of the KV type
+// (IEEE half or f32). Counts itself in the live bytes for as long as any block object holds it.
 class CpuKvPart {
  public:
   CpuKvPart(std::shared_ptr<const CpuKvGeometry> geo, int32_t part);
   ~CpuKvPart();
   CpuKvPart(const CpuKvPart&) = delete;
   CpuKvPart& operator=(const CpuKvPart&) = delete;
-  float* data() const { return data_.get(); }
-  int64_t bytes() const { return static_cast<int64_t>(n_floats_ * sizeof(float)); }
+  std::byte* data() const { return data_.get(); }
+  int64_t bytes() const { return static_cast<int64_t>(n_bytes_); }
 
  private:
   std::shared_ptr<const CpuKvGeometry> geo_;
-  size_t n_floats_;
-  std::unique_ptr<float[]> data_;
+  size_t n_bytes_;
+  std::unique_ptr<std::byte[]> data_;
 };
 
 // One KV block: its two parts. A whole block holds both; a sequence whose window has passed
@@ -64,19 +68,19 @@ class CpuKvBlock final : public KvBlock {
   // The same block without its sliding part (the global part shared with this one).
   std::shared_ptr<CpuKvBlock> without_sliding() const;
   int64_t held_bytes() const;  // bytes of the parts this object references
-  // Row of position `slot` (0 <= slot < block_tokens) of layer il; the layer's part must be
-  // held.
-  float* k(int32_t il, int32_t slot) const { return row(il, 0, slot); }
-  float* v(int32_t il, int32_t slot) const { return row(il, 1, slot); }
+  // Row of position `slot` (0 <= slot < block_tokens) of layer il (kv_dim elements of the KV
+  // type); the layer's part must be held.
+  std::byte* k(int32_t il, int32_t slot) const { return row(il, 0, slot); }
+  std::byte* v(int32_t il, int32_t slot) const { return row(il, 1, slot); }
 
  private:
   CpuKvBlock(std::shared_ptr<const CpuKvGeometry> geo, std::shared_ptr<CpuKvPart> global);
-  float* row(int32_t il, int32_t kv, int32_t slot) const {
+  std::byte* row(int32_t il, int32_t kv, int32_t slot) const {
     const CpuKvPart* p = part_[geo_->part[size_t(il)]].get();
     EMBER_ASSERT(p != nullptr);  // a dropped sliding part is never read or written
     return p->data() +
            ((static_cast<size_t>(geo_->index[size_t(il)]) * 2 + kv) * geo_->block_tokens + slot) *
-               geo_->kv_dim;
+               geo_->kv_dim * geo_->elem_bytes;
   }
   std::shared_ptr<const CpuKvGeometry> geo_;
   std::shared_ptr<CpuKvPart> part_[2];  // [kGlobal], [kSliding]; null: dropped or no layers
@@ -108,8 +112,8 @@ class CpuSequence final : public Sequence {
   // has had the chance to take whole) that no query at length() or later can see.
   void drop_outside_window(int32_t settled);
   // Where position pos of layer il is written (never a shared block).
-  float* k_slot(int32_t il, int32_t pos) { return writable(pos)->k(il, pos % block_tokens_); }
-  float* v_slot(int32_t il, int32_t pos) { return writable(pos)->v(il, pos % block_tokens_); }
+  std::byte* k_slot(int32_t il, int32_t pos) { return writable(pos)->k(il, pos % block_tokens_); }
+  std::byte* v_slot(int32_t il, int32_t pos) { return writable(pos)->v(il, pos % block_tokens_); }
   // Block b (read-only use by attention, and by fork_sequence).
   CpuKvBlock* block_at(int32_t b) const { return blocks_[static_cast<size_t>(b)].get(); }
   const std::shared_ptr<CpuKvBlock>& block_ref(int32_t b) const {
@@ -136,7 +140,7 @@ class CpuSequence final : public Sequence {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<const gguf::File> file, ModelConfig cfg, Weights w, int32_t n_ctx,
-             int32_t n_threads);
+             int32_t n_threads, KvType kv_type);
   ~CpuBackend() override;
   CpuBackend(const CpuBackend&) = delete;
   CpuBackend& operator=(const CpuBackend&) = delete;
@@ -162,7 +166,10 @@ class CpuBackend final : public Backend {
   void prepare(std::span<const ForwardItem> items);
   void rope_tables();
   void layer(int32_t il);
+  void store_kv(std::byte* dst, const float* src) const;  // one row, converted to the KV type
   void attention(int32_t il);
+  template <typename T>
+  void attention_as(int32_t il);
   void output(std::span<const ForwardItem> items, std::span<float> logits);
   void adopt_weight_copy();
 

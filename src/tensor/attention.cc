@@ -7,30 +7,40 @@
 #include <cmath>
 
 #include "base/result.h"
+#include "tensor/quant.h"
 #include "tensor/quant_simd.h"
 
 namespace ember::tensor {
 
 namespace ref {
 
-// Eight partial sums let the compiler vectorize the dot product without reassociating. Each
-// score and each output element is accumulated in position order, so segmentation never
-// changes a bit.
-void attend_one_segments(const float* __restrict q, const KvSegment* segs, int32_t n_segs,
-                         int64_t stride, int32_t n, int32_t hd, float scale,
-                         float* __restrict scores, float* __restrict out) {
+inline float widen(float x) {
+  return x;
+}
+inline float widen(uint16_t h) {
+  return fp16_to_f32(h);
+}
+
+// Each element is widened to f32 where it is read (exact for half), so the f16 form computes
+// what the f32 form computes over the widened values. Eight partial sums let the compiler
+// vectorize the dot product without reassociating. Each score and each output element is
+// accumulated in position order, so segmentation never changes a bit.
+template <typename T>
+void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t n_segs,
+                  int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
+                  float* __restrict out) {
   float mx = -INFINITY;
   int32_t p = 0;
   for (int32_t s = 0; s < n_segs; ++s) {
     for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
-      const float* kp = segs[s].k + i * stride;
+      const T* kp = segs[s].k + i * stride;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int32_t d = 0;
       for (; d + 8 <= hd; d += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * kp[d + j];
+        for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * widen(kp[d + j]);
       }
       float sc = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-      for (; d < hd; ++d) sc += q[d] * kp[d];
+      for (; d < hd; ++d) sc += q[d] * widen(kp[d]);
       scores[p] = sc * scale;
       mx = std::max(mx, scores[p]);
     }
@@ -47,14 +57,34 @@ void attend_one_segments(const float* __restrict q, const KvSegment* segs, int32
   for (int32_t s = 0; s < n_segs; ++s) {
     for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
       const float w = scores[p] * inv;
-      const float* vp = segs[s].v + i * stride;
+      const T* vp = segs[s].v + i * stride;
       int32_t d = 0;
       for (; d + 8 <= hd; d += 8) {  // fixed-width body: vectorized even at -O2's cost model
-        for (int j = 0; j < 8; ++j) out[d + j] += w * vp[d + j];
+        for (int j = 0; j < 8; ++j) out[d + j] += w * widen(vp[d + j]);
       }
-      for (; d < hd; ++d) out[d] += w * vp[d];
+      for (; d < hd; ++d) out[d] += w * widen(vp[d]);
     }
   }
+}
+
+template <typename T>
+void group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs,
+                    int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                    float* scores, float* out, int64_t out_stride) {
+  for (int32_t g = 0; g < nq; ++g) {
+    one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
+                 out + g * out_stride);
+  }
+}
+
+void attend_one_segments(const float* q, const KvSegment* segs, int32_t n_segs, int64_t kv_stride,
+                         int32_t n, int32_t hd, float scale, float* scores, float* out) {
+  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out);
+}
+void attend_one_segments(const float* q, const KvSegmentF16* segs, int32_t n_segs,
+                         int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores,
+                         float* out) {
+  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out);
 }
 
 void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
@@ -66,10 +96,12 @@ void attend_one(const float* q, const float* k, const float* v, int64_t kv_strid
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
                            float* scores, float* out, int64_t out_stride) {
-  for (int32_t g = 0; g < nq; ++g) {
-    attend_one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
-                        out + g * out_stride);
-  }
+  group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride);
+}
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride) {
+  group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride);
 }
 
 void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
@@ -81,6 +113,13 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
 }
 
 }  // namespace ref
+
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride) {
+  active_attend_group_f16()(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
+                            out_stride);
+}
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,

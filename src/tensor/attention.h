@@ -8,18 +8,25 @@
 // segmentation (a prefix-cache hit reuses blocks, so this keeps hits bit-identical).
 // Dispatched through the SIMD level table (quant.h's set_simd_level reaches it); ref:: is the
 // scalar twin every level is tested against.
+//
+// The cache may hold K and V as f32 or as IEEE half (KvSegmentF16, the KV cache's default). A
+// half element is widened exactly to f32 as it is read and the arithmetic is the f32 form's, so
+// at every level the f16 result is bit for bit the f32 result over the same values widened.
 #pragma once
 
 #include <cstdint>
 
 namespace ember::tensor {
 
-// n consecutive positions whose K and V rows start at k and v (rows kv_stride floats apart).
-struct KvSegment {
-  const float* k;
-  const float* v;
+// n consecutive positions whose K and V rows start at k and v (rows kv_stride elements apart).
+template <typename T>
+struct KvSegmentOf {
+  const T* k;
+  const T* v;
   int32_t n;
 };
+using KvSegment = KvSegmentOf<float>;
+using KvSegmentF16 = KvSegmentOf<uint16_t>;  // IEEE half bits
 
 // nq queries (rows q_stride floats apart) over the same n positions; out rows out_stride floats
 // apart. scores: nq * n floats of scratch. Equals ref::attend_one per query up to float
@@ -29,6 +36,9 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
                   int64_t out_stride);
 // The same over the positions of segs[0..n_segs); n = total positions (> 0).
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride);
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
                            float* scores, float* out, int64_t out_stride);
 
@@ -43,6 +53,12 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
                   int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
                   int64_t out_stride);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
+                           int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
+                           float* scores, float* out, int64_t out_stride);
+void attend_one_segments(const float* q, const KvSegmentF16* segs, int32_t n_segs,
+                         int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores,
+                         float* out);
+void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
                            float* scores, float* out, int64_t out_stride);
 }  // namespace ref

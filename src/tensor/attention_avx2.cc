@@ -1,7 +1,8 @@
 // The AVX2 + FMA attention kernel (attention.h), registered for the avx2 level and inherited
 // by avx512-vnni: up to four queries of a GQA group at once, each 8-float chunk of a key row
 // loaded once for all of them. Positions come as segments (KV blocks); the result does not depend
-// on how they are cut. Head sizes that are not a multiple of 32 use the reference.
+// on how they are cut. K and V may be f32 or half (widened with F16C as they are loaded, the
+// arithmetic unchanged). Head sizes that are not a multiple of 32 use the reference.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ namespace {
 #define EMBER_UNROLL _Pragma("GCC unroll 8")
 
 // The reference's combination of its eight partial sums: ((0+4)+(1+5)) + ((2+6)+(3+7)).
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+__attribute__((target("avx2,fma,f16c"))) inline float hsum8(__m256 v) {
   const __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 h = _mm_hadd_ps(x, x);
   return _mm_cvtss_f32(_mm_hadd_ps(h, h));
@@ -26,7 +27,7 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
 
 // hsum8 of eight vectors at once: lane k of the result is hsum8(v[k]), in the same order of
 // additions ((0+4)+(1+5)) + ((2+6)+(3+7)), so the scores are bit for bit those of hsum8.
-__attribute__((target("avx2,fma"))) inline __m256 hsum8x8(const __m256 v[8]) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 hsum8x8(const __m256 v[8]) {
   __m256 t[4];  // t[j] = [lo+hi of v[j] | lo+hi of v[j + 4]]
   EMBER_UNROLL
   for (int j = 0; j < 4; ++j) {
@@ -36,28 +37,37 @@ __attribute__((target("avx2,fma"))) inline __m256 hsum8x8(const __m256 v[8]) {
   return _mm256_hadd_ps(_mm256_hadd_ps(t[0], t[1]), _mm256_hadd_ps(t[2], t[3]));
 }
 
+// A row's 8 elements from d on, widened to f32 (exact for half).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // Up to four queries (NQ) at once: each 8-float chunk of a key row is loaded once for all of
 // them, eight keys per pass (their dot products reduced together, hsum8x8), then two, then
 // one. Lane j of a query's accumulator sums dimensions j mod 8, as the reference's partial sums
 // do. hd % 32 == 0. Scores are independent of the grouping, and the weighted sum of V runs in
 // position order across segments, so the result does not depend on how the positions are cut
 // into segments.
-template <int NQ>
-__attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, const KvSegment* segs,
-                                                int32_t n_segs, int64_t stride, int32_t n,
-                                                int32_t hd, float scale, float* scores, float* out,
-                                                int64_t os) {
+template <int NQ, typename T>
+__attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
+                                                     const KvSegmentOf<T>* segs, int32_t n_segs,
+                                                     int64_t stride, int32_t n, int32_t hd,
+                                                     float scale, float* scores, float* out,
+                                                     int64_t os) {
   float mx[NQ];
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
   const __m256 vscale = _mm256_set1_ps(scale);
   int32_t base = 0;  // position of the segment's first row
   for (int32_t s = 0; s < n_segs; ++s) {
-    const float* k = segs[s].k;
+    const T* k = segs[s].k;
     const int32_t m = segs[s].n;
     int32_t i = 0;
     for (; i + 8 <= m; i += 8) {
-      const float* k0 = k + i * stride;
+      const T* k0 = k + i * stride;
       __m256 a[NQ][8];
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) EMBER_UNROLL
@@ -68,7 +78,7 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
         for (int g = 0; g < NQ; ++g) qv[g] = _mm256_loadu_ps(q + g * qs + d);
         EMBER_UNROLL
         for (int j = 0; j < 8; ++j) {
-          const __m256 kv = _mm256_loadu_ps(k0 + j * stride + d);
+          const __m256 kv = load8(k0 + j * stride + d);
           EMBER_UNROLL
           for (int g = 0; g < NQ; ++g) a[g][j] = _mm256_fmadd_ps(qv[g], kv, a[g][j]);
         }
@@ -85,13 +95,13 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
       }
     }
     for (; i + 2 <= m; i += 2) {
-      const float* k0 = k + i * stride;
-      const float* k1 = k0 + stride;
+      const T* k0 = k + i * stride;
+      const T* k1 = k0 + stride;
       __m256 a0[NQ], a1[NQ];
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) a0[g] = a1[g] = _mm256_setzero_ps();
       for (int32_t d = 0; d < hd; d += 8) {
-        const __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+        const __m256 kv0 = load8(k0 + d), kv1 = load8(k1 + d);
         EMBER_UNROLL
         for (int g = 0; g < NQ; ++g) {
           const __m256 qv = _mm256_loadu_ps(q + g * qs + d);
@@ -109,12 +119,12 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
       }
     }
     for (; i < m; ++i) {
-      const float* k0 = k + i * stride;
+      const T* k0 = k + i * stride;
       __m256 a0[NQ];
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) a0[g] = _mm256_setzero_ps();
       for (int32_t d = 0; d < hd; d += 8) {
-        const __m256 kv0 = _mm256_loadu_ps(k0 + d);
+        const __m256 kv0 = load8(k0 + d);
         EMBER_UNROLL
         for (int g = 0; g < NQ; ++g) {
           a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * qs + d), kv0, a0[g]);
@@ -161,11 +171,11 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
     for (auto& a : acc[g]) a = _mm256_setzero_ps();
     int32_t p = 0;
     for (int32_t s = 0; s < n_segs; ++s) {
-      const float* v = segs[s].v;
+      const T* v = segs[s].v;
       for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
-        const float* vp = v + i * stride + d;
-        const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
-        const __m256 v2 = _mm256_loadu_ps(vp + 16), v3 = _mm256_loadu_ps(vp + 24);
+        const T* vp = v + i * stride + d;
+        const __m256 v0 = load8(vp), v1 = load8(vp + 8);
+        const __m256 v2 = load8(vp + 16), v3 = load8(vp + 24);
         EMBER_UNROLL
         for (int g = 0; g < NQ; ++g) {
           const __m256 w = _mm256_broadcast_ss(scores + g * n + p);
@@ -184,12 +194,11 @@ __attribute__((target("avx2,fma"))) void group4(const float* q, int64_t qs, cons
     }
   }
 }
-__attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int64_t q_stride,
-                                                           int32_t nq, const KvSegment* segs,
-                                                           int32_t n_segs, int64_t kv_stride,
-                                                           int32_t n, int32_t hd, float scale,
-                                                           float* scores, float* out,
-                                                           int64_t out_stride) {
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) void attend_group_avx2(
+    const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs, int32_t n_segs,
+    int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
+    int64_t out_stride) {
   if (hd % 32 != 0) {
     ref::attend_group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
                                out_stride);
@@ -218,7 +227,8 @@ __attribute__((target("avx2,fma"))) void attend_group_avx2(const float* q, int64
 }  // namespace
 
 void add_avx2_attention(KernelOverrides* o) {
-  o->attend_group = &attend_group_avx2;
+  o->attend_group = &attend_group_avx2<float>;
+  o->attend_group_f16 = &attend_group_avx2<uint16_t>;
 }
 
 }  // namespace ember::tensor::simd

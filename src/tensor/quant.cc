@@ -60,6 +60,7 @@ struct Table {
   std::array<Kernels, kMaxId> k;
   std::array<simd::GemmKernel, kMaxId> gemm{};
   simd::AttendGroupFn attend_group = &ref::attend_group_segments;
+  simd::AttendGroupF16Fn attend_group_f16 = &ref::attend_group_segments;
   simd::GeluMulFn gelu_mul = &ref::gelu_mul;
 };
 
@@ -71,6 +72,7 @@ void apply(Table* t, const simd::KernelOverrides& o) {
     if (o.gemm[i].tile) t->gemm[i] = o.gemm[i];
   }
   if (o.attend_group) t->attend_group = o.attend_group;
+  if (o.attend_group_f16) t->attend_group_f16 = o.attend_group_f16;
   if (o.gelu_mul) t->gelu_mul = o.gelu_mul;
 }
 
@@ -191,6 +193,10 @@ simd::GemmKernel active_gemm_kernel(DType w) {
 
 simd::AttendGroupFn active_attend_group() {
   return active_table().attend_group;
+}
+
+simd::AttendGroupF16Fn active_attend_group_f16() {
+  return active_table().attend_group_f16;
 }
 
 simd::GeluMulFn active_gelu_mul() {

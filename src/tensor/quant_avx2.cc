@@ -125,6 +125,19 @@ EMBER_AVX2 void quant_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
+// IEEE half with F16C, rounding to nearest even as float_to_half does (NaNs stay quiet NaNs with
+// the payload's top bits, overflow goes to inf, subnormals round the same way): the KV cache's
+// store path.
+EMBER_AVX2 void quant_f16(const float* x, void* dst, int64_t n) {
+  auto* h = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i r = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), r);
+  }
+  for (; i < n; ++i) h[i] = float_to_half(x[i]);
+}
+
 }  // namespace
 
 bool cpu_has_avx2() {
@@ -144,6 +157,7 @@ KernelOverrides avx2_kernels() {
   o.quant[at(DType::Q8_0)] = quant_q8_0;
   o.quant[at(DType::Q8_1)] = quant_q8_1;
   o.quant[at(DType::Q8_K)] = quant_q8_k;
+  o.quant[at(DType::F16)] = quant_f16;
   add_avx2_gemm(&o);
   add_avx2_attention(&o);
   add_avx2_activations(&o);

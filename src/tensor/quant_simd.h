@@ -10,8 +10,11 @@
 #include <string_view>
 
 namespace ember::tensor {
-struct KvSegment;  // attention.h
-}
+template <typename T>
+struct KvSegmentOf;  // attention.h
+using KvSegment = KvSegmentOf<float>;
+using KvSegmentF16 = KvSegmentOf<uint16_t>;
+}  // namespace ember::tensor
 
 namespace ember::tensor::simd {
 
@@ -70,6 +73,10 @@ struct GemmKernel {
 using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                                int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd,
                                float scale, float* scores, float* out, int64_t out_stride);
+using AttendGroupF16Fn = void (*)(const float* q, int64_t q_stride, int32_t nq,
+                                  const KvSegmentF16* segs, int32_t n_segs, int64_t kv_stride,
+                                  int32_t n, int32_t hd, float scale, float* scores, float* out,
+                                  int64_t out_stride);
 using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
 
 struct KernelOverrides {
@@ -78,6 +85,7 @@ struct KernelOverrides {
   std::array<float (*)(int64_t, const void*, const void*), kTypeSlots> dot{};
   std::array<GemmKernel, kTypeSlots> gemm{};
   AttendGroupFn attend_group = nullptr;
+  AttendGroupF16Fn attend_group_f16 = nullptr;
   GeluMulFn gelu_mul = nullptr;
 };
 
@@ -103,5 +111,6 @@ DotKernel active_dot_kernel(DType w);
 simd::GemmKernel active_gemm_kernel(DType w);
 // The active level's attention and GELU kernels (the scalar references at level "scalar").
 simd::AttendGroupFn active_attend_group();
+simd::AttendGroupF16Fn active_attend_group_f16();
 simd::GeluMulFn active_gelu_mul();
 }  // namespace ember::tensor

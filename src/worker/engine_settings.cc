@@ -14,6 +14,9 @@ const settings::Table<EngineSettings>& engine_settings_table() {
         .range(0, 1024);
     t.add("-c,--ctx-size", &S::ctx_size, "EMBER_CTX_SIZE", "context size (0: min(model's, 4096))")
         .range(0, 1 << 24);
+    t.add("--kv-type", &S::kv_type, "EMBER_KV_TYPE",
+          "how the KV cache holds keys and values: f16 (half the memory) or f32")
+        .one_of({"f16", "f32"});
     t.add("--max-sequences", &S::max_sequences, "EMBER_MAX_SEQUENCES",
           "sequences decoded together at most")
         .range(1, 1024);
@@ -46,6 +49,9 @@ Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog
   model::LoadOptions lo;
   lo.n_threads = s.threads;
   lo.n_ctx = s.ctx_size;
+  const std::optional<model::KvType> kv = model::kv_type_from_name(s.kv_type);
+  if (!kv) return fail("--kv-type: '{}' is not one of f16, f32", s.kv_type);
+  lo.kv_type = *kv;
   lo.copy_weights_in_background = true;  // ready before the huge-page copy is done
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   LoadedModel m;

@@ -21,6 +21,7 @@ struct EngineSettings {
   std::string model = "default";  // a GGUF path (the front resolves names before passing it on)
   int32_t threads = 0;
   int32_t ctx_size = 0;
+  std::string kv_type = "f16";  // model::kv_type_name
   int32_t max_sequences = 8;
   int32_t max_queued = 64;
   int32_t prefill_chunk = 512;

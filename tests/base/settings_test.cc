@@ -11,6 +11,7 @@ struct Demo {
   std::string key;
   std::vector<std::string> names;
   bool verbose = false;
+  std::string kind = "a";
 };
 
 const Table<Demo>& demo_table() {
@@ -21,6 +22,7 @@ const Table<Demo>& demo_table() {
     t.add("--key", &Demo::key, "", "secret").redact();
     t.add("--name", &Demo::names, "", "names");
     t.add("--verbose", &Demo::verbose, "", "chatty").hide();
+    t.add("--kind", &Demo::kind, "", "one of a few").one_of({"a", "b"});
     return t;
   }();
   return t;
@@ -50,6 +52,18 @@ TEST(Settings, validate_checks_values_set_directly) {
   Demo d;
   d.threads = -3;
   EXPECT_EQ(demo_table().validate(d).message(), "--threads: -3 is out of range [0, 64]");
+  d.threads = 0;
+  d.kind = "c";
+  EXPECT_EQ(demo_table().validate(d).message(), "--kind: 'c' is not one of a, b");
+}
+
+TEST(Settings, a_string_with_choices_takes_only_those) {
+  Demo d;
+  ASSERT_TRUE(demo_table().set(d, "kind", "b").ok());
+  EXPECT_EQ(d.kind, "b");
+  EXPECT_EQ(demo_table().set(d, "kind", "B").message(), "--kind: 'B' is not one of a, b");
+  EXPECT_EQ(d.kind, "b");  // unchanged
+  ASSERT_TRUE(demo_table().set(d, "key", "anything").ok()) << "no choices: any string";
 }
 
 TEST(Settings, dump_and_apply_round_trip_every_field) {
@@ -72,7 +86,7 @@ TEST(Settings, describe_redacts_secrets_and_leaves_out_hidden_fields) {
   Demo d;
   d.key = "hunter2";
   std::string s = demo_table().describe(d);
-  EXPECT_EQ(s, "threads=0 drain=30 key=(set) name=");
+  EXPECT_EQ(s, "threads=0 drain=30 key=(set) name= kind=a");
 }
 
 }  // namespace

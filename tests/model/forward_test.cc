@@ -141,7 +141,7 @@ TEST(Forward, kv_memory_grows_with_use_and_returns_to_zero) {
     const int64_t small = b->live_kv_bytes();
     EXPECT_GT(small, 0);
     // Far less than a full 2048-token cache.
-    const int64_t per_token = 2LL * 2 * 2 * 16 * 4;  // K+V, layers, kv heads, head_dim, f32
+    const int64_t per_token = 2LL * 2 * 2 * 16 * 2;  // K+V, layers, kv heads, head_dim, f16
     EXPECT_LT(small, per_token * 2048 / 2);
     run(*b, *s2, tokens(700, b->config().n_vocab));
     EXPECT_GE(b->live_kv_bytes(), small + per_token * 700);

@@ -9,6 +9,7 @@
 
 #include "model/fingerprint.h"
 #include "model/model_test_util.h"
+#include "tensor/quant.h"
 
 namespace ember::model {
 namespace {
@@ -157,8 +158,53 @@ TEST(KvLayout, fingerprint_and_context_key_change_with_the_model) {
   c.rope_base *= 2;
   EXPECT_NE(kv_context_key(l, c), base);
   c = ba->config();
-  l.dtype = "f16";
+  l.dtype = "f32";
   EXPECT_NE(kv_context_key(l, c), base);
+}
+
+// The cache's type. f16 holds a position in half the bytes of f32 and names itself in the
+// layout, so neither backend takes the other's blocks (or warm state: the context key and the
+// dtype differ). What it stores is each key and value rounded to half: layer 0's rows, which no
+// earlier attention touches, are exactly the f32 cache's rows rounded. Logits then move only
+// by that rounding.
+TEST(KvType, f16_blocks_are_the_f32_rows_rounded_in_half_the_bytes_and_not_interchangeable) {
+  fixture::FixtureSpec s;
+  auto h = load_fixture(s, "kvt_h", {.kv_type = KvType::F16});
+  auto f = load_fixture(s, "kvt_f", {.kv_type = KvType::F32});
+  ASSERT_TRUE(h && f);
+  EXPECT_EQ(h->kv_layout().dtype, "f16");
+  EXPECT_EQ(f->kv_layout().dtype, "f32");
+  EXPECT_EQ(2 * h->kv_layout().block_bytes, f->kv_layout().block_bytes);
+  EXPECT_EQ(h->kv_layout().model_fingerprint, f->kv_layout().model_fingerprint);
+  EXPECT_NE(h->kv_layout().context_key, f->kv_layout().context_key);
+
+  const auto toks = tokens(40, h->config().n_vocab);
+  auto sh = h->new_sequence(64), sf = f->new_sequence(64);
+  const auto lh = run(*h, *sh, toks), lf = run(*f, *sf, toks);
+  EXPECT_EQ(2 * sh->kv_bytes(), sf->kv_bytes());
+  EXPECT_EQ(2 * h->live_kv_bytes(), f->live_kv_bytes());
+  EXPECT_GT(max_abs_diff(lh, lf), 0.f) << "the f16 cache rounds";
+  EXPECT_LT(max_abs_diff(lh, lf), 0.05f);
+
+  auto flat = [](const KvBlockRef& b) {
+    std::vector<uint8_t> out;
+    for (auto piece : b->bytes()) out.insert(out.end(), piece.begin(), piece.end());
+    return out;
+  };
+  const auto bh = flat(sh->block(0)), bf = flat(sf->block(0));
+  ASSERT_EQ(static_cast<int64_t>(bh.size()), h->kv_layout().block_bytes);
+  const size_t layer0 = bh.size() / static_cast<size_t>(h->config().n_layer) / 2;  // halves
+  for (size_t i = 0; i < layer0; ++i) {
+    float x;
+    uint16_t want;
+    std::memcpy(&x, bf.data() + 4 * i, 4);
+    std::memcpy(&want, bh.data() + 2 * i, 2);
+    ASSERT_EQ(tensor::f32_to_fp16(x), want) << "layer 0 element " << i;
+  }
+  auto cross = h->kv_block_from_bytes(bf);
+  ASSERT_FALSE(cross.ok());
+  EXPECT_NE(cross.message().find("bytes"), std::string::npos) << cross.message();
+  EXPECT_FALSE(f->kv_block_from_bytes(bh).ok());
 }
 
 }  // namespace

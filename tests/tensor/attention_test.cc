@@ -153,15 +153,83 @@ TEST(Attention, the_vector_exp_is_within_2e_7_of_std_exp_over_minus_87_to_0) {
   EXPECT_EQ(y[0], 1.f) << "e^0";
 }
 
+// A half KV cache: at every level (and in the scalar twin) attention over f16 K/V is bit for bit
+// attention over f32 K/V holding the same values widened, whatever the segmentation; the
+// levels agree with the scalar twin as the f32 forms do.
+void expect_f16_equals_f32_of_widened(int32_t nq, int32_t n, int32_t hd,
+                                      const std::vector<int32_t>& cuts) {
+  const int64_t kv_stride = 2 * hd;  // head 1 of 2
+  const auto q = random_floats(static_cast<size_t>(nq * hd), 21 + nq, 1.f);
+  const auto kf = random_floats(static_cast<size_t>(n * kv_stride), 22 + n, 2.f);
+  const auto vf = random_floats(static_cast<size_t>(n * kv_stride), 23 + n, 2.f);
+  std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+  std::vector<float> kw(kf.size()), vw(vf.size());  // the half values widened
+  for (size_t i = 0; i < kf.size(); ++i) {
+    kh[i] = f32_to_fp16(kf[i]);
+    vh[i] = f32_to_fp16(vf[i]);
+    kw[i] = fp16_to_f32(kh[i]);
+    vw[i] = fp16_to_f32(vh[i]);
+  }
+  std::vector<KvSegment> s32;
+  std::vector<KvSegmentF16> s16;
+  int32_t at = 0;
+  std::vector<int32_t> ends = cuts;
+  ends.push_back(n);
+  for (int32_t end : ends) {
+    if (end <= at) continue;
+    const size_t o = static_cast<size_t>(at * kv_stride + hd);
+    s32.push_back({kw.data() + o, vw.data() + o, end - at});
+    s16.push_back({kh.data() + o, vh.data() + o, end - at});
+    at = end;
+  }
+  const int32_t ns = static_cast<int32_t>(s32.size());
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> scores(static_cast<size_t>(nq * n));
+  std::vector<float> want(static_cast<size_t>(nq * hd)), got(want.size(), NAN);
+  attend_group_segments(q.data(), hd, nq, s32.data(), ns, kv_stride, n, hd, scale, scores.data(),
+                        want.data(), hd);
+  attend_group_segments(q.data(), hd, nq, s16.data(), ns, kv_stride, n, hd, scale, scores.data(),
+                        got.data(), hd);
+  ASSERT_EQ(got, want) << simd_level() << " nq=" << nq << " n=" << n << " hd=" << hd;
+  std::vector<float> ref32(want.size()), ref16(want.size(), NAN);
+  ref::attend_group_segments(q.data(), hd, nq, s32.data(), ns, kv_stride, n, hd, scale,
+                             scores.data(), ref32.data(), hd);
+  ref::attend_group_segments(q.data(), hd, nq, s16.data(), ns, kv_stride, n, hd, scale,
+                             scores.data(), ref16.data(), hd);
+  ASSERT_EQ(ref16, ref32) << "nq=" << nq << " n=" << n << " hd=" << hd;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], ref16[i], 1e-5f)
+        << simd_level() << " nq=" << nq << " n=" << n << " hd=" << hd << " i=" << i;
+  }
+}
+
+TEST(Attention, half_kv_is_bit_identical_to_f32_kv_of_the_widened_values_at_every_level) {
+  LevelGuard guard;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (int32_t hd : {64, 256, 24}) {
+      for (int32_t nq : {1, 3, 4, 8}) {
+        expect_f16_equals_f32_of_widened(nq, 1, hd, {});
+        expect_f16_equals_f32_of_widened(nq, 37, hd, {16, 32});
+        expect_f16_equals_f32_of_widened(nq, 100, hd, {5, 21, 37, 53, 69, 85});
+      }
+    }
+  }
+}
+
 TEST(Attention, the_scalar_level_runs_the_reference_and_the_others_their_own_kernel) {
   LevelGuard guard;
+  const simd::AttendGroupFn ref32 = &ref::attend_group_segments;
+  const simd::AttendGroupF16Fn ref16 = &ref::attend_group_segments;
   ASSERT_TRUE(set_simd_level("scalar"));
-  EXPECT_EQ(active_attend_group(), &ref::attend_group_segments);
+  EXPECT_EQ(active_attend_group(), ref32);
+  EXPECT_EQ(active_attend_group_f16(), ref16);
   EXPECT_EQ(active_gelu_mul(), &ref::gelu_mul);
   for (auto level : supported_simd_levels()) {
     if (level == "scalar") continue;
     ASSERT_TRUE(set_simd_level(level));
-    EXPECT_NE(active_attend_group(), &ref::attend_group_segments) << level;
+    EXPECT_NE(active_attend_group(), ref32) << level;
+    EXPECT_NE(active_attend_group_f16(), ref16) << level;
     EXPECT_NE(active_gelu_mul(), &ref::gelu_mul) << level;
   }
 }

@@ -119,6 +119,29 @@ TEST(QuantSimd, activation_quantizers_are_bit_identical_to_the_reference_at_ever
           for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
         }
         if (blocks == 3) std::fill(x.begin(), x.begin() + std::min<int64_t>(n, 256), 0.0f);
+        if (blocks == 17 && t == DType::F16) {
+          // Half's edges: ties at its precision (1 + k/2048), subnormals and their ties, the
+          // largest finite, overflow (to inf), infinities, NaNs, signed zeros.
+          const float edges[] = {1.f + 1.f / 2048,
+                                 1.f + 3.f / 2048,
+                                 5.9604645e-8f,
+                                 2.9802322e-8f,
+                                 8.940697e-8f,
+                                 6.1035156e-5f,
+                                 6.1e-5f,
+                                 65504.f,
+                                 65519.f,
+                                 65520.f,
+                                 1e6f,
+                                 INFINITY,
+                                 -INFINITY,
+                                 NAN,
+                                 -0.f,
+                                 -65520.f,
+                                 -2.9802322e-8f,
+                                 1.0009765625f};
+          for (size_t i = 0; i < std::size(edges); ++i) x[i * 7] = edges[i];
+        }
         std::vector<uint8_t> want(row_bytes(t, n)), got(row_bytes(t, n) + 16);
         ref::quantize_row(t, x.data(), want.data(), n);
         for (size_t k : {0, 1, 3}) {
