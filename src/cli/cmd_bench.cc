@@ -49,6 +49,7 @@ struct BenchOptions {
   int32_t threads = 0;
   int32_t prompt_tokens = 512;
   int32_t decode_tokens = 128;
+  int32_t depth = 0;  // the batch-1 decode follows a prompt of this many tokens (llama-bench -d)
   std::string concurrency = "1,2,4,8,16";
   int32_t stream_tokens = 64;
   int32_t rounds = 3;
@@ -221,13 +222,18 @@ void print_text(const json& o) {
   }
   if (o.contains("decode")) {
     const json& d = o["decode"];
-    std::printf("decode batch 1, %d tokens: %s tok/s, %s GB/s", d["tokens"].get<int>(),
-                med_range(d["tok_s"]).c_str(), med_range(d["gbps"], 2).c_str());
+    std::printf(
+        "decode batch 1, %d tokens%s: %s tok/s, %s GB/s of weights", d["tokens"].get<int>(),
+        d["depth"].get<int>() > 0 ? fmt::format(" at depth {}", d["depth"].get<int>()).c_str() : "",
+        med_range(d["tok_s"]).c_str(), med_range(d["gbps"], 2).c_str());
     if (d.contains("fraction_of_bandwidth")) {
       std::printf(" (%.0f%% of the read bandwidth)",
                   100 * d["fraction_of_bandwidth"].get<double>());
     }
-    std::printf(", CPU %s ms/token\n", med_range(d["cpu_ms_per_token"], 2).c_str());
+    if (d.contains("cpu_ms_per_token")) {
+      std::printf(", CPU %s ms/token", med_range(d["cpu_ms_per_token"], 2).c_str());
+    }
+    std::printf("\n");
   }
   for (const auto& a : o["aggregate"]) {
     std::printf(
@@ -313,7 +319,8 @@ int run(const BenchOptions& o) {
     return 2;
   }
   const int max_c = conc->empty() ? 1 : *std::max_element(conc->begin(), conc->end());
-  const int32_t n_ctx = std::max(o.prompt_tokens + 8, o.decode_tokens + o.stream_tokens + 64);
+  const int32_t n_ctx =
+      std::max(o.prompt_tokens + 8, o.depth + o.decode_tokens + o.stream_tokens + 64);
   auto loaded = load(o, max_c, n_ctx);
   if (!loaded) {
     std::fprintf(stderr, "ember bench: %s\n", loaded.message().c_str());
@@ -338,7 +345,8 @@ int run(const BenchOptions& o) {
     }
     if (o.decode_tokens > 1) {
       const double c0 = cpu_seconds();
-      auto tr = run_requests(eng, 1, 1, o.decode_tokens, round);
+      // Timed from the first token (the prompt's prefill is done) to the last.
+      auto tr = run_requests(eng, 1, o.depth + 1, o.decode_tokens, round);
       const double cpu = cpu_seconds() - c0;
       if (!tr) return std::fprintf(stderr, "ember bench: %s\n", tr.message().c_str()), 1;
       const auto& tk = (*tr)[0].tokens;
@@ -377,9 +385,12 @@ int run(const BenchOptions& o) {
   }
   if (!dec_tps.empty()) {
     json d = {{"tokens", o.decode_tokens},
+              {"depth", o.depth},
               {"tok_s", to_json(stats_of(dec_tps))},
               {"gbps", to_json(stats_of(dec_gbps))},
               {"cpu_ms_per_token", to_json(stats_of(dec_cpu_ms))}};
+    // The request's CPU time includes its prompt's prefill: per token only without one.
+    if (o.depth > 0) d.erase("cpu_ms_per_token");
     out["decode"] = d;
   }
   json a = json::array();
@@ -416,6 +427,10 @@ int cmd_bench(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-n,--decode-tokens", o.decode_tokens, "batch-1 decode length (<2: skip)")
       ->check(CLI::Range(0, 32768))
+      ->capture_default_str();
+  app.add_option("-d,--depth", o.depth,
+                 "tokens already in the context when the batch-1 decode starts (llama-bench -d)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app.add_option("-c,--concurrency", o.concurrency,
                  "comma-separated stream counts for aggregate decode ('' : skip)")

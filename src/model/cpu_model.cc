@@ -22,6 +22,9 @@ namespace ember::model {
 
 namespace {
 constexpr int32_t kBlockTokens = 16;  // positions per KV block (the prefix cache's granularity)
+// Attention splits a step's work into at least this many tasks per thread when it can
+// (CpuBackend::attention_as).
+constexpr int32_t kAttentionTasksPerThread = 2;
 }  // namespace
 
 std::string_view kv_type_name(KvType t) {
@@ -470,21 +473,37 @@ void CpuBackend::attention_as(int32_t il) {
   const float scale =
       cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
+  // A task is one (token, KV head) and a slice of its group's queries. Each query's result is
+  // the same bits in any slice (the kernels compute queries independently and only share
+  // loads), so slicing changes no logit. Decode steps have fewer (token, KV head) pairs than
+  // threads have room for (SmolLM2: 3 for 2 threads, Gemma: 1), and one thread ran them all at
+  // a long context while the other idled; slices give every thread work.
+  const int64_t pairs = n_tok_ * cfg_.n_head_kv;
+  const int64_t want = int64_t{kAttentionTasksPerThread} * pool_.size();
+  int32_t per = group;  // queries per slice
+  if (pool_.size() > 1 && pairs < want) {
+    const int64_t slices = std::min<int64_t>(group, (want + pairs - 1) / pairs);
+    per = static_cast<int32_t>((group + slices - 1) / slices);
+  }
+  const int32_t slices = (group + per - 1) / per;
   // Tasks run last token first: a token's work grows with its position, and the pool hands
   // out chunks in order, so in token order the heaviest chunk came last and one thread ran it
   // while the other idled (heaviest first, the light chunks fill the gaps at the end).
-  pool_.parallel_for(n_tok_ * cfg_.n_head_kv, [&](int64_t begin, int64_t end) {
+  pool_.parallel_for(pairs * slices, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<tensor::KvSegmentOf<T>> segs;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = n_tok_ - 1 - task / cfg_.n_head_kv;
-      const int32_t kvh = static_cast<int32_t>(task % cfg_.n_head_kv);
+      const int64_t pair = task / slices;
+      const int32_t g0 = static_cast<int32_t>(task % slices) * per;
+      const int32_t ng = std::min(per, group - g0);
+      const int64_t t = n_tok_ - 1 - pair / cfg_.n_head_kv;
+      const int32_t kvh = static_cast<int32_t>(pair % cfg_.n_head_kv);
       const CpuSequence* seq = seqs_[tok_item_[t]];
       const int32_t pos = tok_pos_[t];
       // llama.cpp's standard sliding window: key p is visible from pos when pos - p < window.
       const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
       const int32_t n = pos - lo + 1;
-      const size_t need = static_cast<size_t>(n) * static_cast<size_t>(group);
+      const size_t need = static_cast<size_t>(n) * static_cast<size_t>(ng);
       if (scores.size() < need) scores.resize(need);
       const int32_t B = seq->block_tokens();
       segs.clear();
@@ -496,8 +515,8 @@ void CpuBackend::attention_as(int32_t il) {
                         reinterpret_cast<const T*>(blk->v(il, slot)) + kvh * hd, m});
         p += m;
       }
-      const int64_t h0 = int64_t{kvh} * group * hd;
-      tensor::attend_group_segments(&q_[t * q_dim_ + h0], hd, group, segs.data(),
+      const int64_t h0 = (int64_t{kvh} * group + g0) * hd;
+      tensor::attend_group_segments(&q_[t * q_dim_ + h0], hd, ng, segs.data(),
                                     static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
                                     scores.data(), &attn_[t * q_dim_ + h0], hd);
     }

@@ -45,12 +45,25 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) 
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// hsum8 of four vectors, in the same order of additions: lane k of the result is hsum8(v[k]).
+__attribute__((target("avx2,fma,f16c"))) inline __m128 hsum4x8(const __m256 v[4]) {
+  // t0 = [lo+hi of v[0] | lo+hi of v[2]], t1 the same of v[1], v[3]
+  const __m256 t0 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[2], 0x20),
+                                  _mm256_permute2f128_ps(v[0], v[2], 0x31));
+  const __m256 t1 = _mm256_add_ps(_mm256_permute2f128_ps(v[1], v[3], 0x20),
+                                  _mm256_permute2f128_ps(v[1], v[3], 0x31));
+  const __m256 u = _mm256_hadd_ps(t0, t1);
+  const __m256 w = _mm256_hadd_ps(u, u);  // [v0 v1 v0 v1 | v2 v3 v2 v3]
+  return _mm_shuffle_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1),
+                        _MM_SHUFFLE(1, 0, 1, 0));
+}
+
 // Up to four queries (NQ) at once: each 8-float chunk of a key row is loaded once for all of
-// them, eight keys per pass (their dot products reduced together, hsum8x8), then two, then
-// one. Lane j of a query's accumulator sums dimensions j mod 8, as the reference's partial sums
-// do. hd % 32 == 0. Scores are independent of the grouping, and the weighted sum of V runs in
-// position order across segments, so the result does not depend on how the positions are cut
-// into segments.
+// them, eight or four keys per pass (their dot products reduced together, hsum8x8 /
+// hsum4x8), then two, then one. Lane j of a query's accumulator sums dimensions
+// j mod 8, as the reference's partial sums do. hd % 32 == 0. Scores are independent of the
+// grouping, and the weighted sum of V runs in position order across segments, so the result does
+// not depend on how the positions are cut into segments.
 template <int NQ, typename T>
 __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
                                                      const KvSegmentOf<T>* segs, int32_t n_segs,
@@ -60,15 +73,20 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
   float mx[NQ];
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
+  // Keys per pass. For two and three queries, four keys keep the accumulators, the query
+  // vectors and a key vector within the 16 ymm registers (eight spilled them); SmolLM2's
+  // 3-query groups prefill 2,048 tokens 5-10% faster so. Four queries spill either way, and
+  // eight keys measured faster there (Gemma: four were 10% slower).
+  constexpr int KP = NQ == 2 || NQ == 3 ? 4 : 8;
   const __m256 vscale = _mm256_set1_ps(scale);
   int32_t base = 0;  // position of the segment's first row
   for (int32_t s = 0; s < n_segs; ++s) {
     const T* k = segs[s].k;
     const int32_t m = segs[s].n;
     int32_t i = 0;
-    for (; i + 8 <= m; i += 8) {
+    for (; i + KP <= m; i += KP) {
       const T* k0 = k + i * stride;
-      __m256 a[NQ][8];
+      __m256 a[NQ][KP];
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) EMBER_UNROLL
       for (auto& v : a[g]) v = _mm256_setzero_ps();
@@ -77,7 +95,7 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
         EMBER_UNROLL
         for (int g = 0; g < NQ; ++g) qv[g] = _mm256_loadu_ps(q + g * qs + d);
         EMBER_UNROLL
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < KP; ++j) {
           const __m256 kv = load8(k0 + j * stride + d);
           EMBER_UNROLL
           for (int g = 0; g < NQ; ++g) a[g][j] = _mm256_fmadd_ps(qv[g], kv, a[g][j]);
@@ -86,9 +104,15 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
       const int32_t p = base + i;
       EMBER_UNROLL
       for (int g = 0; g < NQ; ++g) {
-        const __m256 sv = _mm256_mul_ps(hsum8x8(a[g]), vscale);
-        _mm256_storeu_ps(scores + g * n + p, sv);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(sv), _mm256_extractf128_ps(sv, 1));
+        __m128 m4;
+        if constexpr (KP == 8) {
+          const __m256 sv = _mm256_mul_ps(hsum8x8(a[g]), vscale);
+          _mm256_storeu_ps(scores + g * n + p, sv);
+          m4 = _mm_max_ps(_mm256_castps256_ps128(sv), _mm256_extractf128_ps(sv, 1));
+        } else {
+          m4 = _mm_mul_ps(hsum4x8(a[g]), _mm256_castps256_ps128(vscale));
+          _mm_storeu_ps(scores + g * n + p, m4);
+        }
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
         mx[g] = std::max(mx[g], _mm_cvtss_f32(m4));
@@ -163,9 +187,14 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
     const float inv1 = 1.f / sum;
     for (; i < n; ++i) sc[i] *= inv1;
   }
-  // out = weights . V, 32 output floats per query per pass, V rows read once for all queries.
-  for (int32_t d = 0; d < hd; d += 32) {
-    __m256 acc[NQ][4];
+  // out = weights . V, VW vectors of output per query per pass, V rows read once for all
+  // queries. VW keeps the accumulators, the V vectors and the broadcast weight within the 16
+  // ymm registers: with one accumulator spilled, the loop waited on a store-to-load round trip
+  // every position (SmolLM2, 3 queries: 24% of the kernel's samples on that one store). Each
+  // output element is the same chain of fused multiply-adds in position order whatever VW is.
+  constexpr int VW = NQ <= 2 ? 4 : 2;
+  for (int32_t d = 0; d < hd; d += 8 * VW) {
+    __m256 acc[NQ][VW];
     EMBER_UNROLL
     for (int g = 0; g < NQ; ++g) EMBER_UNROLL
     for (auto& a : acc[g]) a = _mm256_setzero_ps();
@@ -174,15 +203,14 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
       const T* v = segs[s].v;
       for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
         const T* vp = v + i * stride + d;
-        const __m256 v0 = load8(vp), v1 = load8(vp + 8);
-        const __m256 v2 = load8(vp + 16), v3 = load8(vp + 24);
+        __m256 vv[VW];
+        EMBER_UNROLL
+        for (int j = 0; j < VW; ++j) vv[j] = load8(vp + 8 * j);
         EMBER_UNROLL
         for (int g = 0; g < NQ; ++g) {
           const __m256 w = _mm256_broadcast_ss(scores + g * n + p);
-          acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
-          acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
-          acc[g][2] = _mm256_fmadd_ps(w, v2, acc[g][2]);
-          acc[g][3] = _mm256_fmadd_ps(w, v3, acc[g][3]);
+          EMBER_UNROLL
+          for (int j = 0; j < VW; ++j) acc[g][j] = _mm256_fmadd_ps(w, vv[j], acc[g][j]);
         }
       }
     }
@@ -190,10 +218,11 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
     for (int g = 0; g < NQ; ++g) {
       float* o = out + g * os + d;
       EMBER_UNROLL
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + 8 * j, acc[g][j]);
+      for (int j = 0; j < VW; ++j) _mm256_storeu_ps(o + 8 * j, acc[g][j]);
     }
   }
 }
+
 template <typename T>
 __attribute__((target("avx2,fma,f16c"))) void attend_group_avx2(
     const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs, int32_t n_segs,

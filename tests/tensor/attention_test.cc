@@ -153,6 +153,37 @@ TEST(Attention, the_vector_exp_is_within_2e_7_of_std_exp_over_minus_87_to_0) {
   EXPECT_EQ(y[0], 1.f) << "e^0";
 }
 
+// The backend hands a group's queries out in slices when a step has few (token, KV head) pairs
+// (cpu_model.cc): each query's result must be the same bits whichever queries share its call.
+TEST(Attention, a_query_gets_the_same_bits_in_any_group_at_every_level) {
+  LevelGuard guard;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (int32_t hd : {64, 256}) {
+      for (int32_t n : {1, 13, 100}) {
+        const int32_t nq = 8;
+        const auto q = random_floats(static_cast<size_t>(nq * hd), 31 + n, 1.f);
+        const auto k = random_floats(static_cast<size_t>(n * hd), 32 + n, 1.f);
+        const auto v = random_floats(static_cast<size_t>(n * hd), 33 + n, 1.f);
+        const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+        std::vector<float> scores(static_cast<size_t>(nq * n));
+        std::vector<float> all(static_cast<size_t>(nq * hd));
+        attend_group(q.data(), hd, nq, k.data(), v.data(), hd, n, hd, scale, scores.data(),
+                     all.data(), hd);
+        for (int32_t size : {1, 2, 3, 4, 5}) {
+          std::vector<float> parts(all.size(), NAN);
+          for (int32_t g = 0; g < nq; g += size) {
+            const int32_t m = std::min(size, nq - g);
+            attend_group(q.data() + g * hd, hd, m, k.data(), v.data(), hd, n, hd, scale,
+                         scores.data(), parts.data() + g * hd, hd);
+          }
+          ASSERT_EQ(parts, all) << level << " hd=" << hd << " n=" << n << " slices of " << size;
+        }
+      }
+    }
+  }
+}
+
 // A half KV cache: at every level (and in the scalar twin) attention over f16 K/V is bit for bit
 // attention over f32 K/V holding the same values widened, whatever the segmentation; the
 // levels agree with the scalar twin as the f32 forms do.
