@@ -145,6 +145,26 @@ def test_a_corrupt_warm_file_is_a_warning_and_a_cold_start(start_server, long_mo
     assert u["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+def test_a_warm_file_of_the_other_kv_type_is_a_logged_cold_start_then_answers_alike(
+        start_server, long_model, tmp_path):
+    """--kv-type changed across a restart: the file's layout names f32, this server's f16, so it
+    starts cold saying why; answers are then served and cached normally."""
+    warm_dir = str(tmp_path / "warm")
+    system = system_prompt()
+    first = start_server(long_model, "--warm-cache-dir", warm_dir, "--kv-type", "f32")
+    chat(first.port, system, "Summarize the notes.")
+    assert stop_with_sigterm(first) == 0
+    assert any("warm state saved" in l for l in first.lines), "".join(first.lines)
+    second = start_server(long_model, "--warm-cache-dir", warm_dir)  # the default, f16
+    rejected = [l for l in second.lines if "warm state rejected, starting cold" in l]
+    assert rejected and "KV layout differs" in rejected[0] and "f32" in rejected[0], \
+        "".join(second.lines)
+    _, u = chat(second.port, system, "What comes after the notes?")
+    assert u["prompt_tokens_details"]["cached_tokens"] == 0
+    _, u = chat(second.port, system, "And before them?")
+    assert u["prompt_tokens_details"]["cached_tokens"] > 0  # its own cache works
+
+
 def test_cache_metrics_are_exposed_and_promtool_valid(start_server, long_model):
     s = start_server(long_model)
     chat(s.port, "Short system prompt for the metrics test, long enough for a block or two.", "Hi")
