@@ -459,11 +459,12 @@ void CpuBackend::attention(int32_t il) {
 }
 
 // Causal attention of every token over its own sequence's cache, which already holds this
-// chunk's keys and values. A task is one (token, kv head): the query heads of its GQA group
-// share the keys, the values and the causal range, so they run together
-// (tensor::attend_group_segments). The range [lo, pos] is read block by block as segments. A
-// sliding layer reads only [pos - window + 1, pos], which never reaches a block whose sliding
-// part the sequence dropped (CpuSequence::drop_outside_window keeps every block a query at
+// chunk's keys and values. A task is one (token, KV head) and a slice of its GQA group: the
+// query heads of a group share the keys, the values and the causal range, so they run
+// together (tensor::attend_group_segments), and the group is sliced only when a step has too
+// few (token, KV head) pairs for the threads (below). The range [lo, pos] is read block by block as
+// segments. A sliding layer reads only [pos - window + 1, pos], which never reaches a block whose
+// sliding part the sequence dropped (CpuSequence::drop_outside_window keeps every block a query at
 // length() or later can see; CpuKvBlock::k asserts it), so reused and trimmed blocks are read
 // exactly as fresh ones.
 template <typename T>
@@ -473,11 +474,11 @@ void CpuBackend::attention_as(int32_t il) {
   const float scale =
       cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
-  // A task is one (token, KV head) and a slice of its group's queries. Each query's result is
-  // the same bits in any slice (the kernels compute queries independently and only share
-  // loads), so slicing changes no logit. Decode steps have fewer (token, KV head) pairs than
-  // threads have room for (SmolLM2: 3 for 2 threads, Gemma: 1), and one thread ran them all at
-  // a long context while the other idled; slices give every thread work.
+  // Each query's result is the same bits in any slice (the kernels compute queries
+  // independently and only share loads), so slicing changes no logit. Decode steps have fewer
+  // (token, KV head) pairs than threads have room for (SmolLM2: 3 for 2 threads, Gemma: 1), and
+  // one thread ran them all at a long context while the other idled; slices give every thread
+  // work, at the cost of reading the head's K and V once per slice.
   const int64_t pairs = n_tok_ * cfg_.n_head_kv;
   const int64_t want = int64_t{kAttentionTasksPerThread} * pool_.size();
   int32_t per = group;  // queries per slice

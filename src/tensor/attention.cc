@@ -81,11 +81,6 @@ void attend_one_segments(const float* q, const KvSegment* segs, int32_t n_segs, 
                          int32_t n, int32_t hd, float scale, float* scores, float* out) {
   one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out);
 }
-void attend_one_segments(const float* q, const KvSegmentF16* segs, int32_t n_segs,
-                         int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores,
-                         float* out) {
-  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out);
-}
 
 void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
                 int32_t hd, float scale, float* scores, float* out) {

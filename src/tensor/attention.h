@@ -55,9 +55,6 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
                            float* scores, float* out, int64_t out_stride);
-void attend_one_segments(const float* q, const KvSegmentF16* segs, int32_t n_segs,
-                         int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores,
-                         float* out);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
                            float* scores, float* out, int64_t out_stride);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tensor/activation.h"
@@ -69,6 +70,21 @@ TEST(Attention, grouped_queries_equal_the_per_query_reference_at_every_level) {
   }
 }
 
+// The runs [begin, end) that positions [0, n) fall into when cut at `cuts` (ascending; empty
+// runs skipped): how a test lays KV out in blocks.
+std::vector<std::pair<int32_t, int32_t>> runs(const std::vector<int32_t>& cuts, int32_t n) {
+  std::vector<std::pair<int32_t, int32_t>> out;
+  int32_t at = 0;
+  std::vector<int32_t> ends = cuts;
+  ends.push_back(n);
+  for (int32_t end : ends) {
+    if (end <= at) continue;
+    out.emplace_back(at, end);
+    at = end;
+  }
+  return out;
+}
+
 // KV held in blocks: the same positions cut into segments anywhere give the same bits as one
 // contiguous run, at the active level and in the scalar twin (the prefix cache reuses blocks, so
 // this is what makes a hit bit-identical). The active level also matches the scalar twin.
@@ -82,15 +98,10 @@ void expect_segments_equal_contiguous(int32_t nq, int32_t n, int32_t hd,
   // Segments live in separate buffers, as blocks do.
   std::vector<std::vector<float>> ks, vs;
   std::vector<KvSegment> segs;
-  int32_t at = 0;
-  std::vector<int32_t> ends = cuts;
-  ends.push_back(n);
-  for (int32_t end : ends) {
-    if (end <= at) continue;
+  for (const auto& [at, end] : runs(cuts, n)) {
     ks.emplace_back(kv.begin() + at * kv_stride, kv.begin() + end * kv_stride);
     vs.emplace_back(vv.begin() + at * kv_stride, vv.begin() + end * kv_stride);
     segs.push_back({ks.back().data(), vs.back().data(), end - at});
-    at = end;
   }
   const int32_t n_segs = static_cast<int32_t>(segs.size());
   std::vector<float> scores(static_cast<size_t>(nq * n));
@@ -203,15 +214,10 @@ void expect_f16_equals_f32_of_widened(int32_t nq, int32_t n, int32_t hd,
   }
   std::vector<KvSegment> s32;
   std::vector<KvSegmentF16> s16;
-  int32_t at = 0;
-  std::vector<int32_t> ends = cuts;
-  ends.push_back(n);
-  for (int32_t end : ends) {
-    if (end <= at) continue;
+  for (const auto& [at, end] : runs(cuts, n)) {
     const size_t o = static_cast<size_t>(at * kv_stride + hd);
     s32.push_back({kw.data() + o, vw.data() + o, end - at});
     s16.push_back({kh.data() + o, vh.data() + o, end - at});
-    at = end;
   }
   const int32_t ns = static_cast<int32_t>(s32.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
