@@ -190,36 +190,44 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
   // out = weights . V, VW vectors of output per query per pass, V rows read once for all
   // queries. VW keeps the accumulators, the V vectors and the broadcast weight within the 16
   // ymm registers: with one accumulator spilled, the loop waited on a store-to-load round trip
-  // every position (SmolLM2, 3 queries: 24% of the kernel's samples on that one store). Each
-  // output element is the same chain of fused multiply-adds in position order whatever VW is.
+  // every position (SmolLM2, 3 queries: 24% of the kernel's samples on that one store). The
+  // passes over a head's dimensions run segment by segment, the accumulators parked in `out`
+  // between segments: a segment's V rows (one KV block's) stay in L1 for all hd / (8 VW)
+  // passes, where passes over all positions streamed V from beyond L2 that many times. Each
+  // output element is the same chain of fused multiply-adds in position order whatever VW is
+  // and however the positions are cut.
   constexpr int VW = NQ <= 2 ? 4 : 2;
-  for (int32_t d = 0; d < hd; d += 8 * VW) {
-    __m256 acc[NQ][VW];
-    EMBER_UNROLL
-    for (int g = 0; g < NQ; ++g) EMBER_UNROLL
-    for (auto& a : acc[g]) a = _mm256_setzero_ps();
-    int32_t p = 0;
-    for (int32_t s = 0; s < n_segs; ++s) {
-      const T* v = segs[s].v;
-      for (int32_t i = 0; i < segs[s].n; ++i, ++p) {
+  EMBER_UNROLL
+  for (int g = 0; g < NQ; ++g) std::fill(out + g * os, out + g * os + hd, 0.f);
+  int32_t p0 = 0;  // position of the segment's first row
+  for (int32_t s = 0; s < n_segs; ++s) {
+    const T* v = segs[s].v;
+    const int32_t m = segs[s].n;
+    for (int32_t d = 0; d < hd; d += 8 * VW) {
+      __m256 acc[NQ][VW];
+      EMBER_UNROLL
+      for (int g = 0; g < NQ; ++g) EMBER_UNROLL
+      for (int j = 0; j < VW; ++j) acc[g][j] = _mm256_loadu_ps(out + g * os + d + 8 * j);
+      for (int32_t i = 0; i < m; ++i) {
         const T* vp = v + i * stride + d;
         __m256 vv[VW];
         EMBER_UNROLL
         for (int j = 0; j < VW; ++j) vv[j] = load8(vp + 8 * j);
         EMBER_UNROLL
         for (int g = 0; g < NQ; ++g) {
-          const __m256 w = _mm256_broadcast_ss(scores + g * n + p);
+          const __m256 w = _mm256_broadcast_ss(scores + g * n + p0 + i);
           EMBER_UNROLL
           for (int j = 0; j < VW; ++j) acc[g][j] = _mm256_fmadd_ps(w, vv[j], acc[g][j]);
         }
       }
-    }
-    EMBER_UNROLL
-    for (int g = 0; g < NQ; ++g) {
-      float* o = out + g * os + d;
       EMBER_UNROLL
-      for (int j = 0; j < VW; ++j) _mm256_storeu_ps(o + 8 * j, acc[g][j]);
+      for (int g = 0; g < NQ; ++g) {
+        float* o = out + g * os + d;
+        EMBER_UNROLL
+        for (int j = 0; j < VW; ++j) _mm256_storeu_ps(o + 8 * j, acc[g][j]);
+      }
     }
+    p0 += m;
   }
 }
 
