@@ -25,6 +25,13 @@ constexpr int32_t kBlockTokens = 16;  // positions per KV block (the prefix cach
 // Attention splits a step's work into at least this many tasks per thread when it can
 // (CpuBackend::attention_as).
 constexpr int32_t kAttentionTasksPerThread = 2;
+// Attention reads a query's range in chunks of this many positions at fixed absolute
+// boundaries (multiples of it), one result per chunk merged in order
+// (tensor::merge_attention_parts). The cut depends only on the positions, never on the batch or
+// the threads, so a position's logits do not either; chunks are what lets a decode step's few
+// (token, KV head) pairs spread over the threads without reading K and V twice. Ranges within
+// one chunk compute exactly as without chunks.
+constexpr int32_t kAttentionChunk = 256;
 }  // namespace
 
 std::string_view kv_type_name(KvType t) {
@@ -459,69 +466,147 @@ void CpuBackend::attention(int32_t il) {
 }
 
 // Causal attention of every token over its own sequence's cache, which already holds this
-// chunk's keys and values. A task is one (token, KV head) and a slice of its GQA group: the
-// query heads of a group share the keys, the values and the causal range, so they run
-// together (tensor::attend_group_segments), and the group is sliced only when a step has too
-// few (token, KV head) pairs for the threads (below). The range [lo, pos] is read block by block as
-// segments. A sliding layer reads only [pos - window + 1, pos], which never reaches a block whose
-// sliding part the sequence dropped (CpuSequence::drop_outside_window keeps every block a query at
-// length() or later can see; CpuKvBlock::k asserts it), so reused and trimmed blocks are read
-// exactly as fresh ones.
+// chunk's keys and values. The query heads of a GQA group share the keys, the values and the
+// causal range, so they run together (tensor::attend_group_segments), over the range [lo, pos]
+// in chunks of kAttentionChunk positions (each read block by block as segments), merged in
+// chunk order. A sliding layer reads only [pos - window + 1, pos], which never reaches a block
+// whose sliding part the sequence dropped (CpuSequence::drop_outside_window keeps every block a
+// query at length() or later can see; CpuKvBlock::k asserts it), so reused and trimmed blocks are
+// read exactly as fresh ones.
+//
+// A task runs chunk by chunk and, within a chunk, KV head by KV head: a block holds the heads'
+// rows interleaved, and reading one head over the whole range before the next streamed the
+// blocks from memory once per head (the others' halves of each line pair evicted before their
+// turn). When a step has at least kAttentionTasksPerThread tokens per thread (prefill, large
+// batches) a task is a token. Decode steps have fewer, and one thread ran them while the other
+// idled: then a task is one chunk of a token (its results parked in attn_parts_ and merged
+// after the step), or one KV head of a chunk, and only where that still leaves too few tasks
+// (short ranges) is the group sliced too, at the cost of reading the head's K and V once per
+// slice. A query's bits do not depend on its slice (the kernels compute queries independently
+// and only share loads) nor on which task ran a chunk, so no logit depends on how the work was
+// cut.
 template <typename T>
 void CpuBackend::attention_as(int32_t il) {
-  const int32_t hd = cfg_.head_dim;
-  const int32_t group = cfg_.n_head / cfg_.n_head_kv;
+  const int32_t hd = cfg_.head_dim, n_kv = cfg_.n_head_kv;
+  const int32_t group = cfg_.n_head / n_kv;
   const float scale =
       cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const int32_t window = cfg_.is_sliding(il) ? cfg_.sliding_window : 0;
-  // Each query's result is the same bits in any slice (the kernels compute queries
-  // independently and only share loads), so slicing changes no logit. Decode steps have fewer
-  // (token, KV head) pairs than threads have room for (SmolLM2: 3 for 2 threads, Gemma: 1), and
-  // one thread ran them all at a long context while the other idled; slices give every thread
-  // work, at the cost of reading the head's K and V once per slice.
-  const int64_t pairs = n_tok_ * cfg_.n_head_kv;
+  constexpr int32_t C = kAttentionChunk;
+  // llama.cpp's standard sliding window: key p is visible from pos when pos - p < window.
+  auto lo_of = [&](int32_t pos) { return window > 0 ? std::max(0, pos - window + 1) : 0; };
+  auto chunks_of = [&](int32_t pos) { return pos / C - lo_of(pos) / C + 1; };
   const int64_t want = int64_t{kAttentionTasksPerThread} * pool_.size();
-  int32_t per = group;  // queries per slice
-  if (pool_.size() > 1 && pairs < want) {
-    const int64_t slices = std::min<int64_t>(group, (want + pairs - 1) / pairs);
-    per = static_cast<int32_t>((group + slices - 1) / slices);
-  }
-  const int32_t slices = (group + per - 1) / per;
-  // Tasks run last token first: a token's work grows with its position, and the pool hands
-  // out chunks in order, so in token order the heaviest chunk came last and one thread ran it
-  // while the other idled (heaviest first, the light chunks fill the gaps at the end).
-  pool_.parallel_for(pairs * slices, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<tensor::KvSegmentOf<T>> segs;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t pair = task / slices;
-      const int32_t g0 = static_cast<int32_t>(task % slices) * per;
-      const int32_t ng = std::min(per, group - g0);
-      const int64_t t = n_tok_ - 1 - pair / cfg_.n_head_kv;
-      const int32_t kvh = static_cast<int32_t>(pair % cfg_.n_head_kv);
-      const CpuSequence* seq = seqs_[tok_item_[t]];
-      const int32_t pos = tok_pos_[t];
-      // llama.cpp's standard sliding window: key p is visible from pos when pos - p < window.
-      const int32_t lo = window > 0 ? std::max(0, pos - window + 1) : 0;
-      const int32_t n = pos - lo + 1;
-      const size_t need = static_cast<size_t>(n) * static_cast<size_t>(ng);
-      if (scores.size() < need) scores.resize(need);
-      const int32_t B = seq->block_tokens();
-      segs.clear();
-      for (int32_t p = lo; p <= pos;) {
-        const int32_t slot = p % B;
-        const int32_t m = std::min(B - slot, pos - p + 1);
-        const CpuKvBlock* blk = seq->block_at(p / B);
-        segs.push_back({reinterpret_cast<const T*>(blk->k(il, slot)) + kvh * hd,
-                        reinterpret_cast<const T*>(blk->v(il, slot)) + kvh * hd, m});
-        p += m;
+  const bool per_token = n_tok_ >= want;
+  // Tokens run last first: a token's work grows with its position, and the pool hands out
+  // ranges in order, so in token order the heaviest came last and one thread ran it while the
+  // other idled (heaviest first, the light ones fill the gaps at the end).
+  attn_tasks_.clear();
+  if (per_token) {
+    for (int64_t i = 0; i < n_tok_; ++i) {
+      const int32_t t = static_cast<int32_t>(n_tok_ - 1 - i);
+      const int32_t pos = tok_pos_[size_t(t)];
+      attn_tasks_.push_back({t, 0, n_kv, 0, group, lo_of(pos) / C, pos / C + 1, -1});
+    }
+  } else {
+    int64_t chunks = 0;
+    for (int64_t t = 0; t < n_tok_; ++t) chunks += chunks_of(tok_pos_[size_t(t)]);
+    const int32_t heads_per = chunks >= want ? n_kv : 1;
+    int32_t per = group;  // queries per slice
+    if (chunks * n_kv < want) {
+      const int64_t slices = std::min<int64_t>(group, (want + chunks * n_kv - 1) / (chunks * n_kv));
+      per = static_cast<int32_t>((group + slices - 1) / slices);
+    }
+    int64_t rows = 0;  // query rows of attn_parts_ so far: [token][KV head][chunk][query]
+    for (int64_t i = 0; i < n_tok_; ++i) {
+      const int32_t t = static_cast<int32_t>(n_tok_ - 1 - i);
+      const int32_t pos = tok_pos_[size_t(t)];
+      for (int32_t c = lo_of(pos) / C; c <= pos / C; ++c) {
+        for (int32_t h = 0; h < n_kv; h += heads_per) {
+          for (int32_t g0 = 0; g0 < group; g0 += per) {
+            attn_tasks_.push_back({t, h, std::min(h + heads_per, n_kv), g0,
+                                   std::min(per, group - g0), c, c + 1, rows});
+          }
+        }
       }
-      const int64_t h0 = (int64_t{kvh} * group + g0) * hd;
-      tensor::attend_group_segments(&q_[t * q_dim_ + h0], hd, ng, segs.data(),
-                                    static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
-                                    scores.data(), &attn_[t * q_dim_ + h0], hd);
+      rows += int64_t{chunks_of(pos)} * n_kv * group;
+    }
+    if (attn_parts_.size() < size_t(rows * hd)) attn_parts_.resize(size_t(rows * hd));
+    if (attn_stats_.size() < size_t(rows * 2)) attn_stats_.resize(size_t(rows * 2));
+  }
+  pool_.parallel_for(static_cast<int64_t>(attn_tasks_.size()), [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores, own_parts, own_stats;
+    thread_local std::vector<tensor::KvSegmentOf<T>> segs;
+    for (int64_t i = begin; i < end; ++i) {
+      const AttnTask& task = attn_tasks_[size_t(i)];
+      const CpuSequence* seq = seqs_[size_t(tok_item_[size_t(task.t)])];
+      const int32_t pos = tok_pos_[size_t(task.t)];
+      const int32_t lo = lo_of(pos), B = seq->block_tokens(), nc = chunks_of(pos);
+      // Rows of this token's parts: [KV head][chunk][query], in attn_parts_ or the task's own.
+      float* parts = nullptr;
+      float* stats = nullptr;
+      if (task.row >= 0) {
+        parts = &attn_parts_[size_t(task.row * hd)];
+        stats = &attn_stats_[size_t(task.row * 2)];
+      } else if (nc > 1) {
+        const size_t rows = size_t(n_kv) * size_t(nc) * size_t(group);
+        if (own_parts.size() < rows * size_t(hd)) own_parts.resize(rows * size_t(hd));
+        if (own_stats.size() < rows * 2) own_stats.resize(rows * 2);
+        parts = own_parts.data();
+        stats = own_stats.data();
+      }
+      for (int32_t c = task.c0; c < task.c1; ++c) {
+        const int32_t first = std::max(lo, c * C), last = std::min(pos, c * C + C - 1);
+        const int32_t n = last - first + 1;
+        const size_t need = static_cast<size_t>(n) * static_cast<size_t>(task.ng);
+        if (scores.size() < need) scores.resize(need);
+        for (int32_t h = task.h0; h < task.h1; ++h) {
+          segs.clear();
+          for (int32_t p = first; p <= last;) {
+            const int32_t slot = p % B;
+            const int32_t m = std::min(B - slot, last - p + 1);
+            const CpuKvBlock* blk = seq->block_at(p / B);
+            segs.push_back({reinterpret_cast<const T*>(blk->k(il, slot)) + h * hd,
+                            reinterpret_cast<const T*>(blk->v(il, slot)) + h * hd, m});
+            p += m;
+          }
+          const int64_t q0 = (int64_t{h} * group + task.g0) * hd;
+          float* out = &attn_[size_t(task.t * q_dim_ + q0)];
+          float* st = nullptr;
+          if (parts != nullptr) {
+            const int64_t r = (int64_t{h} * nc + (c - lo / C)) * group + task.g0;
+            out = parts + r * hd;
+            st = stats + r * 2;
+          }
+          tensor::attend_group_segments(&q_[size_t(task.t * q_dim_ + q0)], hd, task.ng, segs.data(),
+                                        static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
+                                        scores.data(), out, hd, st);
+        }
+      }
+      if (task.row < 0 && parts != nullptr) merge_parts(parts, stats, task.t, nc);
     }
   });
+  if (per_token) return;
+  int64_t row = 0;
+  for (int64_t i = 0; i < n_tok_; ++i) {
+    const int32_t t = static_cast<int32_t>(n_tok_ - 1 - i);
+    const int32_t nc = chunks_of(tok_pos_[size_t(t)]);
+    merge_parts(&attn_parts_[size_t(row * hd)], &attn_stats_[size_t(row * 2)], t, nc);
+    row += int64_t{nc} * n_kv * group;
+  }
+}
+
+// Token t's attention output from its parts, rows [KV head][chunk][query] (nc chunks).
+void CpuBackend::merge_parts(const float* parts, const float* stats, int32_t t, int32_t nc) {
+  const int32_t hd = cfg_.head_dim, group = cfg_.n_head / cfg_.n_head_kv;
+  for (int32_t h = 0; h < cfg_.n_head_kv; ++h) {
+    for (int32_t g = 0; g < group; ++g) {
+      const int64_t r = int64_t{h} * nc * group + g;
+      tensor::merge_attention_parts(parts + r * hd, int64_t{group} * hd, stats + r * 2,
+                                    int64_t{group} * 2, nc, hd,
+                                    &attn_[size_t(t * q_dim_ + (int64_t{h} * group + g) * hd)]);
+    }
+  }
 }
 
 void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> logits) {

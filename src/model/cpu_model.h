@@ -170,6 +170,7 @@ class CpuBackend final : public Backend {
   void attention(int32_t il);
   template <typename T>
   void attention_as(int32_t il);
+  void merge_parts(const float* parts, const float* stats, int32_t t, int32_t nc);
   void output(std::span<const ForwardItem> items, std::span<float> logits);
   void adopt_weight_copy();
 
@@ -193,14 +194,24 @@ class CpuBackend final : public Backend {
 
   // Per-forward scratch, grown as needed and reused (T = tokens in the batch).
   int64_t n_tok_ = 0;
-  std::vector<int32_t> tok_item_;                     // [T] item index of each token
-  std::vector<int32_t> tok_pos_;                      // [T] absolute position of each token
-  std::vector<CpuSequence*> seqs_;                    // [items]
-  std::vector<float> x_;                              // [T][n_embd] residual stream
-  std::vector<float> xn_;                             // [T][n_embd] normed input of a block
-  std::vector<float> q_;                              // [T][q_dim]
-  std::vector<float> k_, v_;                          // [T][kv_dim]
-  std::vector<float> attn_;                           // [T][q_dim]
+  std::vector<int32_t> tok_item_;   // [T] item index of each token
+  std::vector<int32_t> tok_pos_;    // [T] absolute position of each token
+  std::vector<CpuSequence*> seqs_;  // [items]
+  std::vector<float> x_;            // [T][n_embd] residual stream
+  std::vector<float> xn_;           // [T][n_embd] normed input of a block
+  std::vector<float> q_;            // [T][q_dim]
+  std::vector<float> k_, v_;        // [T][kv_dim]
+  std::vector<float> attn_;         // [T][q_dim]
+  // One attention task (CpuBackend::attention_as): token t, its KV heads [h0, h1), queries
+  // [g0, g0 + ng) of each head's group, chunks [c0, c1) of its range, chunk-major. row >= 0:
+  // results go to attn_parts_ from that query row ([KV head][chunk][query] per token), merged
+  // after the step; -1: the task merges its own.
+  struct AttnTask {
+    int32_t t, h0, h1, g0, ng, c0, c1;
+    int64_t row;
+  };
+  std::vector<AttnTask> attn_tasks_;
+  std::vector<float> attn_parts_, attn_stats_;        // [row][hd], [row][2]
   std::vector<float> o_;                              // [T][n_embd]
   std::vector<float> gate_, up_;                      // [T][n_ff]
   std::vector<float> cos_g_, sin_g_, cos_l_, sin_l_;  // [T][rope_dim / 2]

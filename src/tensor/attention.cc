@@ -28,7 +28,7 @@ inline float widen(uint16_t h) {
 template <typename T>
 void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t n_segs,
                   int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
-                  float* __restrict out) {
+                  float* __restrict out, float* stats) {
   float mx = -INFINITY;
   int32_t p = 0;
   for (int32_t s = 0; s < n_segs; ++s) {
@@ -51,6 +51,10 @@ void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t
     scores[p] = std::exp(scores[p] - mx);
     sum += scores[p];
   }
+  if (stats != nullptr) {
+    stats[0] = mx;
+    stats[1] = sum;
+  }
   std::fill(out, out + hd, 0.f);
   const float inv = 1.f / sum;
   p = 0;
@@ -70,16 +74,16 @@ void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t
 template <typename T>
 void group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs,
                     int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                    float* scores, float* out, int64_t out_stride) {
+                    float* scores, float* out, int64_t out_stride, float* stats) {
   for (int32_t g = 0; g < nq; ++g) {
     one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
-                 out + g * out_stride);
+                 out + g * out_stride, stats != nullptr ? stats + 2 * g : nullptr);
   }
 }
 
 void attend_one_segments(const float* q, const KvSegment* segs, int32_t n_segs, int64_t kv_stride,
                          int32_t n, int32_t hd, float scale, float* scores, float* out) {
-  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out);
+  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out, nullptr);
 }
 
 void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
@@ -90,13 +94,15 @@ void attend_one(const float* q, const float* k, const float* v, int64_t kv_strid
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride) {
-  group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride);
+                           float* scores, float* out, int64_t out_stride, float* stats) {
+  group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride,
+                 stats);
 }
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride) {
-  group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride);
+                           float* scores, float* out, int64_t out_stride, float* stats) {
+  group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride,
+                 stats);
 }
 
 void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
@@ -104,23 +110,47 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
                   int64_t out_stride) {
   const KvSegment seg{k, v, n};
   ref::attend_group_segments(q, q_stride, nq, &seg, 1, kv_stride, n, hd, scale, scores, out,
-                             out_stride);
+                             out_stride, nullptr);
 }
 
 }  // namespace ref
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride) {
+                           float* scores, float* out, int64_t out_stride, float* stats) {
   active_attend_group_f16()(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
-                            out_stride);
+                            out_stride, stats);
 }
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride) {
+                           float* scores, float* out, int64_t out_stride, float* stats) {
   active_attend_group()(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
-                        out_stride);
+                        out_stride, stats);
+}
+
+// A part's weight is its sum of exponentials rescaled to the largest score of all parts; each
+// part was normalized by its own sum, so it enters with weight / total. One part is copied (its
+// coefficient would be exactly 1, but 0 + -0 would turn a negative zero positive).
+void merge_attention_parts(const float* parts, int64_t part_stride, const float* stats,
+                           int64_t stats_stride, int32_t n_parts, int32_t hd, float* out) {
+  EMBER_ASSERT(n_parts > 0);
+  if (n_parts == 1) {
+    std::copy(parts, parts + hd, out);
+    return;
+  }
+  float mx = -INFINITY;
+  for (int32_t j = 0; j < n_parts; ++j) mx = std::max(mx, stats[j * stats_stride]);
+  float total = 0;
+  for (int32_t j = 0; j < n_parts; ++j) {
+    total += stats[j * stats_stride + 1] * std::exp(stats[j * stats_stride] - mx);
+  }
+  std::fill(out, out + hd, 0.f);
+  for (int32_t j = 0; j < n_parts; ++j) {
+    const float c = stats[j * stats_stride + 1] * std::exp(stats[j * stats_stride] - mx) / total;
+    const float* part = parts + j * part_stride;
+    for (int32_t d = 0; d < hd; ++d) out[d] += c * part[d];
+  }
 }
 
 void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,

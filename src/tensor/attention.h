@@ -34,13 +34,25 @@ using KvSegmentF16 = KvSegmentOf<uint16_t>;  // IEEE half bits
 void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
                   int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
                   int64_t out_stride);
-// The same over the positions of segs[0..n_segs); n = total positions (> 0).
+// The same over the positions of segs[0..n_segs); n = total positions (> 0). With `stats`,
+// query g's largest scaled score and its sum of exp(score - largest) go to stats[2g] and
+// stats[2g + 1]: what merge_attention_parts needs to combine results over disjoint runs of
+// positions.
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
+
+// One query's attention over the union of n_parts disjoint runs of positions, from each run's
+// result (parts + j * part_stride, hd floats) and its two stats (stats + j * stats_stride: the
+// largest score, the sum of exponentials). The weights are combined and the parts summed in
+// the order given, in plain scalar code shared by every level, so the same parts give the same
+// bits anywhere; one part comes back unchanged. Equals attention over the whole range up to
+// float rounding.
+void merge_attention_parts(const float* parts, int64_t part_stride, const float* stats,
+                           int64_t stats_stride, int32_t n_parts, int32_t hd, float* out);
 
 namespace ref {
 // One query: out[hd] = softmax(q . K[0..n) * scale) . V[0..n). scores: n floats of scratch.
@@ -54,10 +66,10 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
                   int64_t out_stride);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
 }  // namespace ref
 
 }  // namespace ember::tensor

@@ -69,7 +69,7 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
                                                      const KvSegmentOf<T>* segs, int32_t n_segs,
                                                      int64_t stride, int32_t n, int32_t hd,
                                                      float scale, float* scores, float* out,
-                                                     int64_t os) {
+                                                     int64_t os, float* stats) {
   float mx[NQ];
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
@@ -186,6 +186,10 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
       _mm256_storeu_ps(sc + i, _mm256_mul_ps(_mm256_loadu_ps(sc + i), inv));
     const float inv1 = 1.f / sum;
     for (; i < n; ++i) sc[i] *= inv1;
+    if (stats != nullptr) {
+      stats[2 * g] = mx[g];
+      stats[2 * g + 1] = sum;
+    }
   }
   // out = weights . V, VW vectors of output per query per pass, V rows read once for all
   // queries. VW keeps the accumulators, the V vectors and the broadcast weight within the 16
@@ -235,27 +239,28 @@ template <typename T>
 __attribute__((target("avx2,fma,f16c"))) void attend_group_avx2(
     const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs, int32_t n_segs,
     int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
-    int64_t out_stride) {
+    int64_t out_stride, float* stats) {
   if (hd % 32 != 0) {
     ref::attend_group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
-                               out_stride);
+                               out_stride, stats);
     return;
   }
   for (int32_t g = 0; g < nq; g += 4) {
     const float* qg = q + g * q_stride;
     float* og = out + g * out_stride;
+    float* st = stats != nullptr ? stats + 2 * g : nullptr;
     switch (std::min(4, nq - g)) {
       case 4:
-        group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
         break;
       case 3:
-        group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
         break;
       case 2:
-        group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
         break;
       default:
-        group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride);
+        group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
         break;
     }
   }

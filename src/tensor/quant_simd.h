@@ -72,11 +72,12 @@ struct GemmKernel {
 // one segment.
 using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                                int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd,
-                               float scale, float* scores, float* out, int64_t out_stride);
+                               float scale, float* scores, float* out, int64_t out_stride,
+                               float* stats);
 using AttendGroupF16Fn = void (*)(const float* q, int64_t q_stride, int32_t nq,
                                   const KvSegmentF16* segs, int32_t n_segs, int64_t kv_stride,
                                   int32_t n, int32_t hd, float scale, float* scores, float* out,
-                                  int64_t out_stride);
+                                  int64_t out_stride, float* stats);
 using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
 
 struct KernelOverrides {

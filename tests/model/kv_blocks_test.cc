@@ -92,6 +92,21 @@ TEST_P(KvBlocks, logits_do_not_depend_on_how_tokens_are_batched) {
   EXPECT_TRUE(std::equal(whole.begin(), whole.end(), logits.begin() + V));
 }
 
+// Attention cuts a step's work by the threads (a token, a chunk of its range, a KV head, a slice
+// of its group: cpu_model.cc) and reads long ranges in fixed chunks; none of that may change a
+// bit. 600 positions span three chunks; 1, 2 and 3 threads cut a decode step three ways.
+TEST_P(KvBlocks, logits_do_not_depend_on_the_thread_count) {
+  auto toks = tokens(600, b_->config().n_vocab, 4);
+  const auto whole = fed_in_pieces(*b_, toks, {600});
+  EXPECT_EQ(fed_in_pieces(*b_, toks, {599, 1}), whole);
+  for (int32_t threads : {1, 3}) {
+    auto other = load_fixture(GetParam().spec, "kvb_" + GetParam().name, {.n_threads = threads});
+    ASSERT_TRUE(other);
+    EXPECT_EQ(fed_in_pieces(*other, toks, {600}), whole) << threads << " threads";
+    EXPECT_EQ(fed_in_pieces(*other, toks, {598, 1, 1}), whole) << threads << " threads";
+  }
+}
+
 TEST_P(KvBlocks, sequence_on_reused_blocks_continues_bit_identically) {
   const int32_t B = b_->kv_layout().block_tokens;
   auto toks = tokens(330, b_->config().n_vocab, 5);

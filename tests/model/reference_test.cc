@@ -198,6 +198,31 @@ TEST_P(MatchesReference, backend_logits_match_a_naive_float_forward) {
   EXPECT_EQ(argmax(expect), argmax(got));
 }
 
+// Past one attention chunk (256 positions) the backend merges per-chunk results; decoded one
+// token at a time (chunks spread over the threads) and prefilled (chunks in one task), the
+// logits still match the naive forward's single softmax over the whole range.
+TEST(MatchesReferenceLong, attention_over_several_chunks_matches_a_naive_float_forward) {
+  fixture::FixtureSpec spec;
+  spec.arch = "llama";
+  spec.type = tensor::DType::F32;
+  auto f = fixture_file(spec, "ref_long_llama");
+  ASSERT_TRUE(f);
+  auto b = load_cpu_model(f, {.n_threads = 2, .kv_type = KvType::F32});
+  ASSERT_TRUE(b.ok()) << b.message();
+  Ref ref{*f, (*b)->config(), false};
+  auto toks = tokens(700, ref.c.n_vocab, 23);
+  auto expect = ref.forward(toks);
+  auto seq = (*b)->new_sequence(1024);
+  run(**b, *seq, std::span(toks).first(697));
+  std::vector<float> got;
+  for (size_t i = 697; i < toks.size(); ++i) got = run(**b, *seq, std::span(toks).subspan(i, 1));
+  EXPECT_LT(max_abs_diff(expect, got), 2e-3f);
+  EXPECT_EQ(argmax(expect), argmax(got));
+  auto seq2 = (*b)->new_sequence(1024);
+  auto prefilled = run(**b, *seq2, toks);
+  EXPECT_LT(max_abs_diff(expect, prefilled), 2e-3f);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Model, MatchesReference,
     ::testing::Values(

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string_view>
 #include <utility>
@@ -252,6 +253,79 @@ TEST(Attention, half_kv_is_bit_identical_to_f32_kv_of_the_widened_values_at_ever
       }
     }
   }
+}
+
+// The backend reads long ranges in chunks and merges the chunks' results (cpu_model.cc):
+// each part's stats are its largest scaled score and its sum of exponentials, and the parts
+// merged in order give the attention over the whole range, at every level.
+TEST(Attention, parts_merged_by_their_stats_equal_attention_over_the_whole_range_at_every_level) {
+  LevelGuard guard;
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (int32_t hd : {64, 256, 24}) {
+      for (int32_t nq : {1, 3, 4}) {
+        for (const std::vector<int32_t>& cuts :
+             {std::vector<int32_t>{256, 512}, std::vector<int32_t>{1, 300}}) {
+          const int32_t n = 700;
+          const auto q = random_floats(static_cast<size_t>(nq * hd), 41 + nq, 1.f);
+          // Scores spread over a few units, so parts' maxima differ and the rescaling matters.
+          const auto k = random_floats(static_cast<size_t>(n * hd), 42 + hd, 3.f);
+          const auto v = random_floats(static_cast<size_t>(n * hd), 43 + hd, 1.f);
+          const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+          std::vector<float> scores(static_cast<size_t>(nq * n));
+          std::vector<float> want(static_cast<size_t>(nq * hd));
+          ref::attend_group(q.data(), hd, nq, k.data(), v.data(), hd, n, hd, scale, scores.data(),
+                            want.data(), hd);
+          const auto parts_of = runs(cuts, n);
+          const int32_t np = static_cast<int32_t>(parts_of.size());
+          // [part][query][hd] and [part][query][2], as the backend lays them out.
+          std::vector<float> parts(static_cast<size_t>(np * nq * hd));
+          std::vector<float> stats(static_cast<size_t>(np * nq * 2), NAN);
+          for (int32_t j = 0; j < np; ++j) {
+            const auto [at, end] = parts_of[static_cast<size_t>(j)];
+            const int32_t m = end - at;
+            const KvSegment seg{k.data() + at * hd, v.data() + at * hd, m};
+            float* st = stats.data() + j * nq * 2;
+            attend_group_segments(q.data(), hd, nq, &seg, 1, hd, m, hd, scale, scores.data(),
+                                  parts.data() + j * nq * hd, hd, st);
+            for (int32_t g = 0; g < nq; ++g) {  // the stats, from the part's own scores
+              double mx = -INFINITY, sum = 0;
+              std::vector<double> s(static_cast<size_t>(m));
+              for (int32_t p = 0; p < m; ++p) {
+                double dot = 0;
+                for (int32_t d = 0; d < hd; ++d) {
+                  dot += double(q[size_t(g * hd + d)]) * k[size_t((at + p) * hd + d)];
+                }
+                s[size_t(p)] = dot * scale;
+                mx = std::max(mx, s[size_t(p)]);
+              }
+              for (double x : s) sum += std::exp(x - mx);
+              ASSERT_NEAR(st[2 * g], mx, 1e-5) << level << " hd=" << hd << " part " << j;
+              ASSERT_NEAR(st[2 * g + 1], sum, 1e-5 * sum) << level << " hd=" << hd << " part " << j;
+            }
+          }
+          std::vector<float> got(want.size(), NAN);
+          for (int32_t g = 0; g < nq; ++g) {
+            merge_attention_parts(parts.data() + g * hd, int64_t{nq} * hd, stats.data() + g * 2,
+                                  int64_t{nq} * 2, np, hd, got.data() + g * hd);
+          }
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-6f)
+                << level << " nq=" << nq << " hd=" << hd << " parts=" << np << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, one_part_merges_to_itself_bit_for_bit) {
+  std::vector<float> part = random_floats(64, 51, 1.f);
+  part[3] = -0.f;
+  const float stats[2] = {2.5f, 17.25f};
+  std::vector<float> out(64, NAN);
+  merge_attention_parts(part.data(), 64, stats, 2, 1, 64, out.data());
+  EXPECT_EQ(0, std::memcmp(out.data(), part.data(), part.size() * sizeof(float)));
 }
 
 TEST(Attention, the_scalar_level_runs_the_reference_and_the_others_their_own_kernel) {
