@@ -194,6 +194,17 @@ Result<Loaded> load(const BenchOptions& o, int32_t max_sequences, int32_t n_ctx)
   return l;
 }
 
+// K and V bytes one decode step reads at context length `len`: each layer's rows for the
+// positions it attends to (a sliding layer only its window).
+int64_t kv_read_bytes(const model::ModelConfig& c, model::KvType type, int64_t len) {
+  const int64_t row = int64_t{c.n_head_kv} * c.head_dim * (type == model::KvType::F16 ? 2 : 4);
+  int64_t bytes = 0;
+  for (int32_t il = 0; il < c.n_layer; ++il) {
+    bytes += 2 * row * (c.is_sliding(il) ? std::min<int64_t>(len, c.sliding_window) : len);
+  }
+  return bytes;
+}
+
 std::string med_range(const json& s, int digits = 1) {
   return fmt::format("{:.{}f} [{:.{}f}-{:.{}f}]", s["median"].get<double>(), digits,
                      s["min"].get<double>(), digits, s["max"].get<double>(), digits);
@@ -223,7 +234,7 @@ void print_text(const json& o) {
   if (o.contains("decode")) {
     const json& d = o["decode"];
     std::printf(
-        "decode batch 1, %d tokens%s: %s tok/s, %s GB/s of weights", d["tokens"].get<int>(),
+        "decode batch 1, %d tokens%s: %s tok/s, %s GB/s of weights and KV", d["tokens"].get<int>(),
         d["depth"].get<int>() > 0 ? fmt::format(" at depth {}", d["depth"].get<int>()).c_str() : "",
         med_range(d["tok_s"]).c_str(), med_range(d["gbps"], 2).c_str());
     if (d.contains("fraction_of_bandwidth")) {
@@ -332,6 +343,10 @@ int run(const BenchOptions& o) {
   out["load_ms"] = loaded->load_ms;
   out["decode_bytes_per_token"] = loaded->decode_bytes;
 
+  // The decode steps' mean KV reads: the timed steps see depth + 2 ... depth + n positions.
+  const int64_t kv_bytes =
+      kv_read_bytes(eng.model_config(), model::kv_type_from_name(o.kv_type).value(),
+                    o.depth + 1 + std::max(1, o.decode_tokens) / 2);
   std::vector<double> pre_tps, ttft, dec_tps, dec_gbps, dec_cpu_ms;
   std::vector<std::vector<double>> agg(conc->size());
   std::vector<std::vector<double>> gaps(conc->size());
@@ -353,7 +368,7 @@ int run(const BenchOptions& o) {
       const double ms = ms_since(tk.front(), tk.back());
       const double per_tok = ms / static_cast<double>(tk.size() - 1);
       dec_tps.push_back(1000.0 / per_tok);
-      dec_gbps.push_back(static_cast<double>(loaded->decode_bytes) / (per_tok * 1e6));
+      dec_gbps.push_back(static_cast<double>(loaded->decode_bytes + kv_bytes) / (per_tok * 1e6));
       dec_cpu_ms.push_back(cpu * 1000.0 / static_cast<double>(tk.size()));
     }
     for (size_t ci = 0; ci < conc->size(); ++ci) {
@@ -384,11 +399,10 @@ int run(const BenchOptions& o) {
                       {"ttft_ms", to_json(stats_of(ttft))}};
   }
   if (!dec_tps.empty()) {
-    json d = {{"tokens", o.decode_tokens},
-              {"depth", o.depth},
-              {"tok_s", to_json(stats_of(dec_tps))},
-              {"gbps", to_json(stats_of(dec_gbps))},
-              {"cpu_ms_per_token", to_json(stats_of(dec_cpu_ms))}};
+    json d = {
+        {"tokens", o.decode_tokens},           {"depth", o.depth},
+        {"kv_bytes_per_token", kv_bytes},      {"tok_s", to_json(stats_of(dec_tps))},
+        {"gbps", to_json(stats_of(dec_gbps))}, {"cpu_ms_per_token", to_json(stats_of(dec_cpu_ms))}};
     // The request's CPU time includes its prompt's prefill: per token only without one.
     if (o.depth > 0) d.erase("cpu_ms_per_token");
     out["decode"] = d;

@@ -34,3 +34,22 @@ def test_bench_refuses_an_unknown_simd_level_naming_it_and_the_levels_it_has(emb
     assert p.returncode == 2
     assert "avx9000" in p.stderr and "scalar" in p.stderr and "avx2" in p.stderr
     assert p.stdout == ""
+
+
+def test_bench_at_a_depth_counts_the_kv_it_reads_in_its_bandwidth(ember, tmp_path):
+    """At a long context a decode step reads the cache as well as the weights: the reported
+    GB/s covers both, and the KV bytes are each layer's K and V rows for every position seen
+    (the fixture: 2 layers, 2 KV heads of 16, so 2 x 2 x 32 elements per position)."""
+    model = _fixture(ember, tmp_path)
+    for kv_type, elem in (("f16", 2), ("f32", 4)):
+        for depth in (100, 300):
+            r = json.loads(subprocess.run(
+                [ember, "bench", "-m", model, "-t", "1", "-p", "0", "-n", "4", "-d", str(depth),
+                 "-c", "", "-r", "1", "--no-bandwidth", "--kv-type", kv_type, "--json"],
+                check=True, capture_output=True, text=True, timeout=120).stdout)
+            d = r["decode"]
+            # the timed steps see depth + 2 ... depth + 4 positions: depth + 3 on average
+            assert d["kv_bytes_per_token"] == 2 * 2 * 32 * elem * (depth + 3), (kv_type, depth)
+            per_token = d["gbps"]["median"] * 1e9 / d["tok_s"]["median"]
+            want = r["decode_bytes_per_token"] + d["kv_bytes_per_token"]
+            assert abs(per_token - want) <= 1e-6 * want, (per_token, want)
