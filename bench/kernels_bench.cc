@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "tensor/attention.h"
 #include "tensor/interleave.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
@@ -73,6 +74,67 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
                                                benchmark::Counter::kIsRate);
 }
 
+// Decode attention at a long context, by KV memory layout: SmolLM2's shape (3 KV heads of 64,
+// 3 queries each, f16 K/V), 4,096 positions, 30 layers of distinct memory (94 MB: from DRAM, as
+// in decode), read as the backend reads it (chunks of 256 positions, KV heads inner, one
+// thread). Layouts: "blocks" is ember's (16-position blocks, each [layer][K|V][16][heads x 64]:
+// heads interleaved in a row); "head_major" the same blocks as [layer][K|V][head][16][64];
+// "per_layer" llama.cpp's ([layer][K|V][position][heads x 64]); "per_head" one run per head
+// ([layer][K|V][head][position][64]). The rate is K and V bytes read per second.
+enum class KvLayoutKind { kBlocks, kHeadMajor, kPerLayer, kPerHead };
+
+void bm_attention_layout(benchmark::State& state, KvLayoutKind kind) {
+  constexpr int32_t kLayers = 30, kHeads = 3, kGroup = 3, kHd = 64, kN = 4096, kB = 16;
+  constexpr int32_t kChunk = 256, kDim = kHeads * kHd;
+  const size_t layer_elems = size_t{2} * kN * kDim;  // K and V of one layer
+  std::vector<uint16_t> kv(layer_elems * kLayers, ember::tensor::f32_to_fp16(0.01f));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& x : kv) x = ember::tensor::f32_to_fp16(d(rng));
+  std::vector<float> q(size_t{kHeads} * kGroup * kHd), out(q.size()), scores(kChunk * kGroup);
+  for (auto& x : q) x = d(rng);
+  float stats[2 * kGroup];
+  // Element offset of (layer, K or V, head, position), and the row stride within a run.
+  auto at = [&](int32_t l, int32_t v, int32_t h, int32_t p) -> size_t {
+    switch (kind) {
+      case KvLayoutKind::kBlocks:
+        return ((size_t(p / kB) * kLayers + l) * 2 + v) * kB * kDim + size_t(p % kB) * kDim +
+               size_t(h) * kHd;
+      case KvLayoutKind::kHeadMajor:
+        return (((size_t(p / kB) * kLayers + l) * 2 + v) * kHeads + h) * kB * kHd +
+               size_t(p % kB) * kHd;
+      case KvLayoutKind::kPerLayer:
+        return (size_t(l) * 2 + v) * kN * kDim + size_t(p) * kDim + size_t(h) * kHd;
+      case KvLayoutKind::kPerHead:
+        break;
+    }
+    return ((size_t(l) * 2 + v) * kHeads + h) * kN * kHd + size_t(p) * kHd;
+  };
+  const int64_t stride =
+      kind == KvLayoutKind::kBlocks || kind == KvLayoutKind::kPerLayer ? kDim : kHd;
+  std::vector<ember::tensor::KvSegmentF16> segs;
+  for (auto _ : state) {
+    for (int32_t l = 0; l < kLayers; ++l) {
+      for (int32_t c = 0; c < kN / kChunk; ++c) {
+        for (int32_t h = 0; h < kHeads; ++h) {
+          segs.clear();
+          const bool blocked = kind == KvLayoutKind::kBlocks || kind == KvLayoutKind::kHeadMajor;
+          const int32_t run = blocked ? kB : kChunk;
+          for (int32_t p = c * kChunk; p < (c + 1) * kChunk; p += run) {
+            segs.push_back({kv.data() + at(l, 0, h, p), kv.data() + at(l, 1, h, p), run});
+          }
+          ember::tensor::attend_group_segments(q.data() + h * kGroup * kHd, kHd, kGroup,
+                                               segs.data(), static_cast<int32_t>(segs.size()),
+                                               stride, kChunk, kHd, 0.125f, scores.data(),
+                                               out.data() + h * kGroup * kHd, kHd, stats);
+        }
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(kv.size() * 2));
+}
+
 struct Case {
   DType type;
   int64_t rows, cols;
@@ -104,6 +166,17 @@ void register_all() {
   cases.push_back({DType::Q4_1, 131072, 576, false});
   cases.push_back({DType::Q4_K, 65536, 1024, false});
   cases.push_back({DType::Q6_K, 65536, 1024, false});
+  const std::pair<const char*, KvLayoutKind> layouts[] = {{"blocks", KvLayoutKind::kBlocks},
+                                                          {"head_major", KvLayoutKind::kHeadMajor},
+                                                          {"per_layer", KvLayoutKind::kPerLayer},
+                                                          {"per_head", KvLayoutKind::kPerHead}};
+  for (const auto& [name, kind] : layouts) {
+    benchmark::RegisterBenchmark(
+        (std::string("attention_decode_4096/") + name).c_str(),
+        [kind = kind](benchmark::State& st) { bm_attention_layout(st, kind); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   for (const Case& c : cases) {
     // 8 tokens: batched decode at 8 streams (weights from memory, each row reused 8 times).
     for (int64_t n_tokens : {1, 8, 64}) {

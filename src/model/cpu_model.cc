@@ -48,6 +48,8 @@ CpuKvGeometry::CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim
     : n_layer(cfg.n_layer),
       block_tokens(tokens),
       kv_dim(dim),
+      head_dim(cfg.head_dim),
+      n_head_kv(cfg.n_head_kv),
       type(t),
       elem_bytes(t == KvType::F16 ? sizeof(uint16_t) : sizeof(float)) {
   for (int32_t il = 0; il < n_layer; ++il) {
@@ -83,7 +85,7 @@ std::shared_ptr<CpuKvBlock> CpuKvBlock::without_sliding() const {
   return std::shared_ptr<CpuKvBlock>(new CpuKvBlock(geo_, part_[CpuKvGeometry::kGlobal]));
 }
 
-// Layer order, as one contiguous block used to be laid out ([n_layer][2][block_tokens][kv_dim]),
+// Layer order, as one contiguous block would be laid out ([n_layer][2][KV head][block_tokens][hd]),
 // so the bytes (and the warm-state file) do not depend on the split; consecutive layers of one
 // part are adjacent in memory and come as one piece.
 std::vector<std::span<const uint8_t>> CpuKvBlock::bytes() const {
@@ -91,7 +93,7 @@ std::vector<std::span<const uint8_t>> CpuKvBlock::bytes() const {
   std::vector<std::span<const uint8_t>> out;
   const size_t layer_bytes = geo_->layer_bytes();
   for (int32_t il = 0; il < geo_->n_layer; ++il) {
-    const auto* p = reinterpret_cast<const uint8_t*>(row(il, 0, 0));
+    const auto* p = reinterpret_cast<const uint8_t*>(layer(il));
     if (!out.empty() && out.back().data() + out.back().size() == p) {
       out.back() = {out.back().data(), out.back().size() + layer_bytes};
     } else {
@@ -202,7 +204,7 @@ Result<KvBlockRef> CpuBackend::kv_block_from_bytes(std::span<const uint8_t> byte
   auto b = std::make_shared<CpuKvBlock>(geo_);
   const size_t layer_bytes = geo_->layer_bytes();
   for (int32_t il = 0; il < cfg_.n_layer; ++il) {
-    std::memcpy(b->k(il, 0), bytes.data() + size_t(il) * layer_bytes, layer_bytes);
+    std::memcpy(b->layer(il), bytes.data() + size_t(il) * layer_bytes, layer_bytes);
   }
   return KvBlockRef(std::move(b));
 }
@@ -221,11 +223,13 @@ std::unique_ptr<Sequence> CpuBackend::fork_sequence(const Sequence& src, int32_t
   if (tail > 0) {
     seq->reserve(from.length());
     const CpuKvBlock* last = from.block_at(full);
-    const size_t row = static_cast<size_t>(kv_dim_) * geo_->elem_bytes;
+    CpuKvBlock* to = seq->block_for_write(full * kBlockTokens);
+    const size_t run = static_cast<size_t>(tail) * size_t(geo_->head_dim) * geo_->elem_bytes;
     for (int32_t il = 0; il < cfg_.n_layer; ++il) {
-      for (int32_t t = 0; t < tail; ++t) {
-        std::memcpy(seq->k_slot(il, full * kBlockTokens + t), last->k(il, t), row);
-        std::memcpy(seq->v_slot(il, full * kBlockTokens + t), last->v(il, t), row);
+      for (int32_t kv = 0; kv < 2; ++kv) {
+        for (int32_t h = 0; h < cfg_.n_head_kv; ++h) {
+          std::memcpy(to->rows(il, kv, h, 0), last->rows(il, kv, h, 0), run);
+        }
       }
     }
     seq->advance(tail);
@@ -414,8 +418,12 @@ void CpuBackend::layer(int32_t il) {
       ops::rope_head(k, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
     }
     CpuSequence* seq = seqs_[tok_item_[t]];  // each token writes its own cache position
-    store_kv(seq->k_slot(il, tok_pos_[t]), &k_[t * kv_dim_]);
-    store_kv(seq->v_slot(il, tok_pos_[t]), &v_[t * kv_dim_]);
+    const int32_t pos = tok_pos_[t];
+    CpuKvBlock* blk = seq->block_for_write(pos);
+    for (int32_t h = 0; h < cfg_.n_head_kv; ++h) {
+      store_kv(blk->rows(il, 0, h, pos % kBlockTokens), &k_[t * kv_dim_ + h * hd]);
+      store_kv(blk->rows(il, 1, h, pos % kBlockTokens), &v_[t * kv_dim_ + h * hd]);
+    }
   });
 
   attention(il);
@@ -447,13 +455,14 @@ void CpuBackend::layer(int32_t il) {
   });
 }
 
-// K and V rows enter the cache in its type: f16 rounds to nearest even (F16C at the vector
-// levels, bit-identical to the scalar conversion).
+// A head's K or V row enters the cache in its type: f16 rounds to nearest even (F16C at the
+// vector levels, bit-identical to the scalar conversion).
 void CpuBackend::store_kv(std::byte* dst, const float* src) const {
+  const int32_t hd = cfg_.head_dim;
   if (geo_->type == KvType::F16) {
-    tensor::quantize_row(tensor::DType::F16, src, dst, kv_dim_);  // round to nearest even
+    tensor::quantize_row(tensor::DType::F16, src, dst, hd);  // round to nearest even
   } else {
-    std::memcpy(dst, src, static_cast<size_t>(kv_dim_) * sizeof(float));
+    std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
   }
 }
 
@@ -471,8 +480,8 @@ void CpuBackend::attention(int32_t il) {
 // in chunks of kAttentionChunk positions (each read block by block as segments), merged in
 // chunk order. A sliding layer reads only [pos - window + 1, pos], which never reaches a block
 // whose sliding part the sequence dropped (CpuSequence::drop_outside_window keeps every block a
-// query at length() or later can see; CpuKvBlock::k asserts it), so reused and trimmed blocks are
-// read exactly as fresh ones.
+// query at length() or later can see; CpuKvBlock::rows asserts it), so reused and trimmed blocks
+// are read exactly as fresh ones.
 //
 // A task runs chunk by chunk and, within a chunk, KV head by KV head: a block holds the heads'
 // rows interleaved, and reading one head over the whole range before the next streamed the
@@ -566,8 +575,8 @@ void CpuBackend::attention_as(int32_t il) {
             const int32_t slot = p % B;
             const int32_t m = std::min(B - slot, last - p + 1);
             const CpuKvBlock* blk = seq->block_at(p / B);
-            segs.push_back({reinterpret_cast<const T*>(blk->k(il, slot)) + h * hd,
-                            reinterpret_cast<const T*>(blk->v(il, slot)) + h * hd, m});
+            segs.push_back({reinterpret_cast<const T*>(blk->rows(il, 0, h, slot)),
+                            reinterpret_cast<const T*>(blk->rows(il, 1, h, slot)), m});
             p += m;
           }
           const int64_t q0 = (int64_t{h} * group + task.g0) * hd;
@@ -579,7 +588,7 @@ void CpuBackend::attention_as(int32_t il) {
             st = stats + r * 2;
           }
           tensor::attend_group_segments(&q_[size_t(task.t * q_dim_ + q0)], hd, task.ng, segs.data(),
-                                        static_cast<int32_t>(segs.size()), kv_dim_, n, hd, scale,
+                                        static_cast<int32_t>(segs.size()), hd, n, hd, scale,
                                         scores.data(), out, hd, st);
         }
       }

@@ -24,7 +24,7 @@ namespace ember::model {
 struct CpuKvGeometry {
   enum Part : int32_t { kGlobal = 0, kSliding = 1 };
   CpuKvGeometry(const ModelConfig& cfg, int32_t tokens, int32_t dim, KvType type);
-  int32_t n_layer, block_tokens, kv_dim;
+  int32_t n_layer, block_tokens, kv_dim, head_dim, n_head_kv;
   KvType type;
   size_t elem_bytes;                // 2 (f16) or 4 (f32)
   std::vector<int32_t> part;        // [n_layer] kGlobal or kSliding
@@ -37,8 +37,10 @@ struct CpuKvGeometry {
   size_t part_bytes(int32_t p) const { return size_t(n_layers_in[p]) * layer_bytes(); }
 };
 
-// One part's memory, [layers in the part][2 (K, V)][block_tokens][kv_dim] elements of the KV type
-// (IEEE half or f32). Counts itself in the live bytes for as long as any block object holds it.
+// One part's memory, [layers in the part][2 (K, V)][KV head][block_tokens][head_dim] elements of
+// the KV type (IEEE half or f32): each head's rows of a block are one run, which attention reads
+// as a stream (rows holding every head made a head's read skip through the others' bytes). Counts
+// itself in the live bytes for as long as any block object holds it.
 class CpuKvPart {
  public:
   CpuKvPart(std::shared_ptr<const CpuKvGeometry> geo, int32_t part);
@@ -68,20 +70,22 @@ class CpuKvBlock final : public KvBlock {
   // The same block without its sliding part (the global part shared with this one).
   std::shared_ptr<CpuKvBlock> without_sliding() const;
   int64_t held_bytes() const;  // bytes of the parts this object references
-  // Row of position `slot` (0 <= slot < block_tokens) of layer il (kv_dim elements of the KV
-  // type); the layer's part must be held.
-  std::byte* k(int32_t il, int32_t slot) const { return row(il, 0, slot); }
-  std::byte* v(int32_t il, int32_t slot) const { return row(il, 1, slot); }
+  // Layer il's K (kv 0) or V (kv 1) of KV head h from position `slot` (0 <= slot < block_tokens):
+  // block_tokens - slot rows of head_dim elements of the KV type, one after the other. The
+  // layer's part must be held.
+  std::byte* rows(int32_t il, int32_t kv, int32_t h, int32_t slot) const {
+    const CpuKvPart* p = part_[geo_->part[size_t(il)]].get();
+    EMBER_ASSERT(p != nullptr);  // a dropped sliding part is never read or written
+    const size_t run =
+        (static_cast<size_t>(geo_->index[size_t(il)]) * 2 + kv) * geo_->n_head_kv + h;
+    return p->data() +
+           (run * geo_->block_tokens + slot) * size_t(geo_->head_dim) * geo_->elem_bytes;
+  }
+  // Layer il's K and V, layer_bytes() long.
+  std::byte* layer(int32_t il) const { return rows(il, 0, 0, 0); }
 
  private:
   CpuKvBlock(std::shared_ptr<const CpuKvGeometry> geo, std::shared_ptr<CpuKvPart> global);
-  std::byte* row(int32_t il, int32_t kv, int32_t slot) const {
-    const CpuKvPart* p = part_[geo_->part[size_t(il)]].get();
-    EMBER_ASSERT(p != nullptr);  // a dropped sliding part is never read or written
-    return p->data() +
-           ((static_cast<size_t>(geo_->index[size_t(il)]) * 2 + kv) * geo_->block_tokens + slot) *
-               geo_->kv_dim * geo_->elem_bytes;
-  }
   std::shared_ptr<const CpuKvGeometry> geo_;
   std::shared_ptr<CpuKvPart> part_[2];  // [kGlobal], [kSliding]; null: dropped or no layers
 };
@@ -111,9 +115,8 @@ class CpuSequence final : public Sequence {
   // Drops the sliding part of every full block below `settled` (a length: blocks the caller
   // has had the chance to take whole) that no query at length() or later can see.
   void drop_outside_window(int32_t settled);
-  // Where position pos of layer il is written (never a shared block).
-  std::byte* k_slot(int32_t il, int32_t pos) { return writable(pos)->k(il, pos % block_tokens_); }
-  std::byte* v_slot(int32_t il, int32_t pos) { return writable(pos)->v(il, pos % block_tokens_); }
+  // The block position pos is written to (never a shared block).
+  CpuKvBlock* block_for_write(int32_t pos) { return writable(pos); }
   // Block b (read-only use by attention, and by fork_sequence).
   CpuKvBlock* block_at(int32_t b) const { return blocks_[static_cast<size_t>(b)].get(); }
   const std::shared_ptr<CpuKvBlock>& block_ref(int32_t b) const {
@@ -166,7 +169,7 @@ class CpuBackend final : public Backend {
   void prepare(std::span<const ForwardItem> items);
   void rope_tables();
   void layer(int32_t il);
-  void store_kv(std::byte* dst, const float* src) const;  // one row, converted to the KV type
+  void store_kv(std::byte* dst, const float* src) const;  // one head's row, in the KV type
   void attention(int32_t il);
   template <typename T>
   void attention_as(int32_t il);

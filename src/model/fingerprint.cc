@@ -86,7 +86,7 @@ uint64_t model_fingerprint(const gguf::File& file, const ModelConfig& cfg) {
 
 uint64_t kv_context_key(const KvLayout& layout, const ModelConfig& cfg) {
   Hasher h;
-  h.str("ember-kv-context-1");  // bump when the KV computation or layout changes
+  h.str("ember-kv-context-2");  // bump when the KV computation or layout changes
   h.pod(layout.model_fingerprint);
   h.str(layout.dtype);
   h.pod(layout.block_tokens);
