@@ -2,6 +2,7 @@
 // shape (n_tokens = 1: memory-bound), a batched-decode shape (8: weights from memory, each row
 // used 8 times) and a prefill shape (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
+// Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*).
 // Run: [EMBER_SIMD_LEVEL=avx2] build/kernels_bench [--benchmark_filter=Q4_K]
 //      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
 // Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
