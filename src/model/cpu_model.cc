@@ -484,8 +484,8 @@ void CpuBackend::attention(int32_t il) {
 // are read exactly as fresh ones.
 //
 // A task runs chunk by chunk and, within a chunk, KV head by KV head, so a chunk's blocks are
-// read for every head while they are at hand (when a block's rows held every head, this order
-// measured 1.35x faster than one head over the whole range at a time). When a step has at least
+// read for every head while they are at hand (measured faster than one head over the whole range at
+// a time, in a throwaway harness, when a block's rows held every head). When a step has at least
 // kAttentionTasksPerThread tokens per thread (prefill, large batches) a task is a token. Decode
 // steps have fewer, and one thread ran them while the other idled: then a task is one chunk of a
 // token (its results parked in attn_parts_ and merged after the step), or one KV head of a chunk,

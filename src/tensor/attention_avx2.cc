@@ -97,9 +97,8 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
     // Each segment is a short run (one KV block's rows of this head) far from the next, so the
     // hardware's streams restart at every one: as it reads keys i..i+KP, the loop asks for the
     // next segment's keys i..i+KP (into L1) and this segment's values i..i+KP (into L2, read by
-    // the V pass after the whole range's scores). kernels_bench attention, head-major blocks:
-    // 19.7-21.8 ms -> 14.0-15.6 per step; two or three segments ahead, or values into L1, were
-    // slower.
+    // the V pass after the call's scores). kernels_bench attention, head-major blocks: 20.3 ->
+    // 12.9 ms per step; two or three segments ahead, or values into L1, were slower.
     const T* kn = s + 1 < n_segs ? segs[s + 1].k : nullptr;
     const int32_t mn = s + 1 < n_segs ? segs[s + 1].n : 0;
     int32_t i = 0;
