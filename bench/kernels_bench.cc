@@ -2,7 +2,9 @@
 // shape (n_tokens = 1: memory-bound), a batched-decode shape (8: weights from memory, each row
 // used 8 times) and a prefill shape (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
-// Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*).
+// Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*),
+// and the FFN activations at the models' widths (activation/*: the engine thread runs them
+// alone between two matmuls at decode).
 // Run: [EMBER_SIMD_LEVEL=avx2] build/kernels_bench [--benchmark_filter=Q4_K]
 //      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
 // Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
@@ -17,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tensor/activation.h"
 #include "tensor/attention.h"
 #include "tensor/interleave.h"
 #include "tensor/matmul.h"
@@ -136,6 +139,25 @@ void bm_attention_layout(benchmark::State& state, KvLayoutKind kind) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(kv.size() * 2));
 }
 
+// gate = act(gate) * up over one token's FFN width: cache-resident, as at decode.
+void bm_activation(benchmark::State& state, bool silu, int64_t n) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.f, 2.f);
+  std::vector<float> gate(static_cast<size_t>(n)), up(gate.size()), work(gate.size());
+  for (auto& v : gate) v = dist(rng);
+  for (auto& v : up) v = dist(rng);
+  for (auto _ : state) {
+    work = gate;
+    if (silu) {
+      ember::tensor::silu_mul(work.data(), up.data(), n);
+    } else {
+      ember::tensor::gelu_mul(work.data(), up.data(), n);
+    }
+    benchmark::DoNotOptimize(work.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
 struct Case {
   DType type;
   int64_t rows, cols;
@@ -167,6 +189,11 @@ void register_all() {
   cases.push_back({DType::Q4_1, 131072, 576, false});
   cases.push_back({DType::Q4_K, 65536, 1024, false});
   cases.push_back({DType::Q6_K, 65536, 1024, false});
+  // SmolLM2's FFN width (SiLU) and Gemma 3 270M's (GELU).
+  benchmark::RegisterBenchmark("activation/silu_mul/1536",
+                               [](benchmark::State& st) { bm_activation(st, true, 1536); });
+  benchmark::RegisterBenchmark("activation/gelu_mul/2048",
+                               [](benchmark::State& st) { bm_activation(st, false, 2048); });
   const std::pair<const char*, KvLayoutKind> layouts[] = {{"blocks", KvLayoutKind::kBlocks},
                                                           {"head_major", KvLayoutKind::kHeadMajor},
                                                           {"per_layer", KvLayoutKind::kPerLayer},

@@ -442,9 +442,7 @@ void CpuBackend::layer(int32_t il) {
   if (cfg_.arch == Arch::Gemma3) {
     per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });
   } else {
-    per_token([&](int64_t t) {
-      for (int64_t i = t * F; i < (t + 1) * F; ++i) gate_[i] = ops::silu(gate_[i]) * up_[i];
-    });
+    per_token([&](int64_t t) { tensor::silu_mul(&gate_[t * F], &up_[t * F], F); });
   }
   tensor::matmul(l.w_down, gate_.data(), T, o_.data(), pool_);
   per_token([&](int64_t t) {

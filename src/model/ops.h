@@ -1,6 +1,6 @@
-// Element-wise pieces of the forward pass (norms, SiLU, rotary embeddings). Plain loops the
-// compiler vectorizes; the matmuls, not these, dominate a step. The GELU and attention kernels
-// live in tensor/ (activation.h, attention.h) with the other SIMD kernels.
+// Element-wise pieces of the forward pass (norms, rotary embeddings). Plain loops the compiler
+// vectorizes; the matmuls, not these, dominate a step. The GELU, SiLU and attention kernels live
+// in tensor/ (activation.h, attention.h) with the other SIMD kernels.
 #pragma once
 
 #include <cmath>
@@ -14,10 +14,6 @@ inline void rms_norm(const float* x, const float* w, float* out, int64_t n, floa
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
   const float scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
-}
-
-inline float silu(float x) {
-  return x / (1.f + std::exp(-x));
 }
 
 // Rotates one head in place. cs/sn: [rope_dim / 2] cos and sin of each pair's angle.

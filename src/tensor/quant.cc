@@ -62,6 +62,7 @@ struct Table {
   simd::AttendGroupFn attend_group = &ref::attend_group_segments;
   simd::AttendGroupF16Fn attend_group_f16 = &ref::attend_group_segments;
   simd::GeluMulFn gelu_mul = &ref::gelu_mul;
+  simd::SiluMulFn silu_mul = &ref::silu_mul;
 };
 
 void apply(Table* t, const simd::KernelOverrides& o) {
@@ -74,6 +75,7 @@ void apply(Table* t, const simd::KernelOverrides& o) {
   if (o.attend_group) t->attend_group = o.attend_group;
   if (o.attend_group_f16) t->attend_group_f16 = o.attend_group_f16;
   if (o.gelu_mul) t->gelu_mul = o.gelu_mul;
+  if (o.silu_mul) t->silu_mul = o.silu_mul;
 }
 
 bool cpu_supports(int level) {
@@ -201,6 +203,10 @@ simd::AttendGroupF16Fn active_attend_group_f16() {
 
 simd::GeluMulFn active_gelu_mul() {
   return active_table().gelu_mul;
+}
+
+simd::SiluMulFn active_silu_mul() {
+  return active_table().silu_mul;
 }
 
 namespace ref {

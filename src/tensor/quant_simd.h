@@ -79,6 +79,7 @@ using AttendGroupF16Fn = void (*)(const float* q, int64_t q_stride, int32_t nq,
                                   int32_t n, int32_t hd, float scale, float* scores, float* out,
                                   int64_t out_stride, float* stats);
 using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
+using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 
 struct KernelOverrides {
   std::array<void (*)(const void*, float*, int64_t), kTypeSlots> dequant{};
@@ -88,6 +89,7 @@ struct KernelOverrides {
   AttendGroupFn attend_group = nullptr;
   AttendGroupF16Fn attend_group_f16 = nullptr;
   GeluMulFn gelu_mul = nullptr;
+  SiluMulFn silu_mul = nullptr;
 };
 
 // AVX2 + FMA + F16C (quant_avx2.cc, gemm_avx2.cc).
@@ -110,8 +112,9 @@ using DotKernel = float (*)(int64_t n, const void* w_row, const void* act_row);
 DotKernel active_dot_kernel(DType w);
 // The GEMM tile of the active level for weight type w ({} when only vec_dot exists).
 simd::GemmKernel active_gemm_kernel(DType w);
-// The active level's attention and GELU kernels (the scalar references at level "scalar").
+// The active level's attention, GELU and SiLU kernels (the scalar references at level "scalar").
 simd::AttendGroupFn active_attend_group();
 simd::AttendGroupF16Fn active_attend_group_f16();
 simd::GeluMulFn active_gelu_mul();
+simd::SiluMulFn active_silu_mul();
 }  // namespace ember::tensor
