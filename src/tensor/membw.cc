@@ -4,8 +4,6 @@
 #include "tensor/membw.h"
 
 #include <immintrin.h>
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +13,7 @@
 
 #include "tensor/quant.h"
 #include "tensor/quant_simd.h"
+#include "tensor/weight_arena.h"
 
 namespace ember::tensor {
 namespace {
@@ -68,19 +67,15 @@ ReadFn read_fn() {
   return &read_scalar;
 }
 
+// In the memory decode reads its weights from (weight_arena.h: 2 MiB-aligned, huge pages where
+// the kernel gives them), every page faulted in before timing.
 struct Buffer {
-  explicit Buffer(size_t n) : size(n) {
-    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    p = m == MAP_FAILED ? nullptr : static_cast<uint8_t*>(m);
-    if (p != nullptr) std::memset(p, 1, n);  // fault every page in before timing
+  explicit Buffer(size_t n) : arena(WeightArena::create(n)) {
+    p = arena ? arena->take(n) : nullptr;
+    if (p != nullptr) std::memset(p, 1, n);
   }
-  ~Buffer() {
-    if (p != nullptr) ::munmap(p, size);
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+  std::unique_ptr<WeightArena> arena;
   uint8_t* p = nullptr;
-  size_t size;
 };
 
 // Best rate over `passes` passes of `threads` threads reading their buffers at once.
