@@ -274,14 +274,11 @@ Result<std::vector<int>> parse_list(const std::string& s, const char* flag, int 
 
 int run(const BenchOptions& o) {
   json out;
-  if (!o.simd_level.empty() && !tensor::set_simd_level(o.simd_level)) {
-    std::string have;
-    for (auto l : tensor::supported_simd_levels())
-      have += (have.empty() ? "" : ", ") + std::string(l);
-    std::fprintf(stderr,
-                 "ember bench: --simd-level '%s' is not a level this CPU has (it has: %s)\n",
-                 o.simd_level.c_str(), have.c_str());
-    return 2;
+  if (!o.simd_level.empty()) {
+    if (auto st = tensor::select_simd_level(o.simd_level); !st) {
+      std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
+      return 2;
+    }
   }
   out["simd_level"] = std::string(tensor::simd_level());
   const int threads = o.threads > 0

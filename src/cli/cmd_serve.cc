@@ -33,6 +33,7 @@
 #include "process/sd_notify.h"
 #include "process/signal_pipe.h"
 #include "server/server.h"
+#include "tensor/quant.h"
 #include "text/text_codec.h"
 #include "worker/engine_settings.h"
 #include "worker/inprocess_client.h"
@@ -146,6 +147,14 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "ember serve: --engine %s: expected 'subprocess' or 'in-process'\n",
                  o.engine.c_str());
     return 2;
+  }
+  // The worker checks it again where it loads; here a level this CPU lacks fails before the
+  // server listens (the front runs on the same CPU).
+  if (!es.simd_level.empty()) {
+    if (auto st = tensor::select_simd_level(es.simd_level); !st) {
+      std::fprintf(stderr, "ember serve: %s\n", st.message().c_str());
+      return 2;
+    }
   }
   log::init(o.log_level);
   log::info("ember serve: settings: {} {}", worker::engine_settings_table().describe(es),

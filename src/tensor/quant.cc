@@ -162,6 +162,13 @@ std::vector<std::string_view> supported_simd_levels() {
   return out;
 }
 
+Status select_simd_level(std::string_view level) {
+  if (set_simd_level(level)) return {};
+  std::string have;
+  for (auto l : supported_simd_levels()) have += (have.empty() ? "" : ", ") + std::string(l);
+  return fail("--simd-level: '{}' is not a level this CPU has (it has: {})", level, have);
+}
+
 DType vec_dot_type(DType weight) {
   return kernels_of(ref_table(), weight).vdt;
 }

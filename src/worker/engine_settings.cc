@@ -1,6 +1,8 @@
 #include "worker/engine_settings.h"
 
+#include "base/log.h"
 #include "gguf/reader.h"
+#include "tensor/quant.h"
 #include "text/tokenizer.h"
 
 namespace ember::worker {
@@ -17,6 +19,10 @@ const settings::Table<EngineSettings>& engine_settings_table() {
     t.add("--kv-type", &S::kv_type, "EMBER_KV_TYPE",
           "how the KV cache holds keys and values: f16 (half the memory) or f32")
         .one_of({"f16", "f32"});
+    // Which levels exist depends on the CPU: load_model checks the name against it.
+    t.add("--simd-level", &S::simd_level, "EMBER_SIMD_LEVEL",
+          "kernel level to run (scalar, avx2, avx512-vnni; empty: the best this CPU has), e.g. "
+          "to measure the code an AVX2-only host runs");
     t.add("--max-sequences", &S::max_sequences, "EMBER_MAX_SEQUENCES",
           "sequences decoded together at most")
         .range(1, 1024);
@@ -44,6 +50,9 @@ const settings::Table<EngineSettings>& engine_settings_table() {
 }
 
 Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog_tokens) {
+  // Before the load: the weights are copied into the layout the active level's kernels read.
+  if (!s.simd_level.empty()) EMBER_TRY_STATUS(tensor::select_simd_level(s.simd_level));
+  log::info("engine: {} kernels", tensor::simd_level());
   EMBER_TRY(gguf::File file, gguf::File::open(s.model));
   auto shared = std::make_shared<const gguf::File>(std::move(file));
   model::LoadOptions lo;

@@ -22,6 +22,7 @@ struct EngineSettings {
   int32_t threads = 0;
   int32_t ctx_size = 0;
   std::string kv_type = "f16";  // model::kv_type_name
+  std::string simd_level;       // tensor::set_simd_level's name; empty: the best this CPU has
   int32_t max_sequences = 8;
   int32_t max_queued = 64;
   int32_t prefill_chunk = 512;
