@@ -55,6 +55,7 @@ struct BenchOptions {
   int32_t rounds = 3;
   bool json = false;
   bool no_bandwidth = false;
+  bool pool_timing = false;
   bool bandwidth_only = false;
   bool mmap_weights = false;
   std::string simd_level;  // empty: the best this CPU has
@@ -161,6 +162,7 @@ Result<std::vector<Trace>> run_requests(engine::Engine& eng, int count, int32_t 
 
 struct Loaded {
   std::shared_ptr<const gguf::File> file;
+  std::shared_ptr<model::Backend> backend;  // for --pool-timing (the engine runs it)
   std::unique_ptr<engine::Engine> engine;
   int64_t decode_bytes = 0;  // weight bytes one decode step streams
   double load_ms = 0;
@@ -181,8 +183,8 @@ Result<Loaded> load(const BenchOptions& o, int32_t max_sequences, int32_t n_ctx)
   eo.max_sequences = max_sequences;
   eo.max_queued = std::max(64, max_sequences);
   Loaded l;
-  l.engine =
-      std::make_unique<engine::Engine>(std::shared_ptr<model::Backend>(std::move(backend)), eo);
+  l.backend = std::shared_ptr<model::Backend>(std::move(backend));
+  l.engine = std::make_unique<engine::Engine>(l.backend, eo);
   l.load_ms = ms_since(t0, Clock::now());
   // Every matrix streams once per step; the token embedding only when it is also the output.
   const bool tied = shared->find_tensor("output.weight") == nullptr;
@@ -245,6 +247,15 @@ void print_text(const json& o) {
       std::printf(", CPU %s ms/token", med_range(d["cpu_ms_per_token"], 2).c_str());
     }
     std::printf("\n");
+    if (d.contains("pool")) {
+      const json& p = d["pool"];
+      std::printf(
+          "  engine thread per token: %s ms running its share of %s parallel jobs, %s ms waiting "
+          "for the other threads, %s ms working alone between jobs\n",
+          med_range(p["run_ms_per_token"], 3).c_str(), med_range(p["jobs_per_token"], 0).c_str(),
+          med_range(p["wait_ms_per_token"], 3).c_str(),
+          med_range(p["serial_ms_per_token"], 3).c_str());
+    }
   }
   for (const auto& a : o["aggregate"]) {
     std::printf(
@@ -281,6 +292,12 @@ int run(const BenchOptions& o) {
     }
   }
   out["simd_level"] = std::string(tensor::simd_level());
+  if (o.pool_timing && o.depth > 0) {
+    std::fprintf(stderr,
+                 "ember bench: --pool-timing times every forward of a decode request whose "
+                 "prompt is one token; with -d the prompt's prefill would count: drop one\n");
+    return 2;
+  }
   const int threads = o.threads > 0
                           ? o.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -345,6 +362,7 @@ int run(const BenchOptions& o) {
       kv_read_bytes(eng.model_config(), model::kv_type_from_name(o.kv_type).value(),
                     o.depth + 1 + std::max(1, o.decode_tokens) / 2);
   std::vector<double> pre_tps, ttft, dec_tps, dec_gbps, dec_cpu_ms;
+  std::vector<double> pool_jobs, pool_run, pool_wait, pool_serial;  // per forward
   std::vector<std::vector<double>> agg(conc->size());
   std::vector<std::vector<double>> gaps(conc->size());
   for (int round = 0; round < o.rounds; ++round) {
@@ -357,9 +375,21 @@ int run(const BenchOptions& o) {
     }
     if (o.decode_tokens > 1) {
       const double c0 = cpu_seconds();
+      // The engine is idle: the backend's pool is not in use until the request is submitted.
+      if (o.pool_timing) loaded->backend->set_pool_timing(true);
       // Timed from the first token (the prompt's prefill is done) to the last.
       auto tr = run_requests(eng, 1, o.depth + 1, o.decode_tokens, round);
       const double cpu = cpu_seconds() - c0;
+      if (o.pool_timing && tr) {
+        // Every forward of the request: its one-token prompt's and each decode step's.
+        const tensor::ThreadPool::Timing pt = loaded->backend->pool_timing();
+        loaded->backend->set_pool_timing(false);
+        const auto n = static_cast<double>((*tr)[0].tokens.size());
+        pool_jobs.push_back(static_cast<double>(pt.jobs) / n);
+        pool_run.push_back(static_cast<double>(pt.run_ns) / 1e6 / n);
+        pool_wait.push_back(static_cast<double>(pt.wait_ns) / 1e6 / n);
+        pool_serial.push_back(static_cast<double>(pt.serial_ns) / 1e6 / n);
+      }
       if (!tr) return std::fprintf(stderr, "ember bench: %s\n", tr.message().c_str()), 1;
       const auto& tk = (*tr)[0].tokens;
       const double ms = ms_since(tk.front(), tk.back());
@@ -402,6 +432,13 @@ int run(const BenchOptions& o) {
         {"gbps", to_json(stats_of(dec_gbps))}, {"cpu_ms_per_token", to_json(stats_of(dec_cpu_ms))}};
     // The request's CPU time includes its prompt's prefill: per token only without one.
     if (o.depth > 0) d.erase("cpu_ms_per_token");
+    // One thread hands nothing off: every forward runs on the engine thread alone.
+    if (!pool_jobs.empty() && stats_of(pool_jobs).max > 0) {
+      d["pool"] = {{"jobs_per_token", to_json(stats_of(pool_jobs))},
+                   {"run_ms_per_token", to_json(stats_of(pool_run))},
+                   {"wait_ms_per_token", to_json(stats_of(pool_wait))},
+                   {"serial_ms_per_token", to_json(stats_of(pool_serial))}};
+    }
     out["decode"] = d;
   }
   json a = json::array();
@@ -458,6 +495,10 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--simd-level", o.simd_level,
                  "kernel level to run (scalar, avx2, avx512-vnni; default: the best this CPU has)");
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
+  app.add_flag("--pool-timing", o.pool_timing,
+               "also time the compute pool's hand-offs at batch-1 decode: per token, the engine "
+               "thread running its share of the parallel jobs, waiting for the other threads, "
+               "and working alone between jobs (clock reads per job: not with -d)");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
   app.add_option("--kv-type", o.kv_type, "KV cache type: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}))

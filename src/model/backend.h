@@ -13,6 +13,7 @@
 
 #include "base/result.h"
 #include "gguf/reader.h"
+#include "tensor/thread_pool.h"
 
 namespace ember::model {
 
@@ -142,6 +143,10 @@ class Backend {
   virtual void settle_weights() {}
   // Bytes of weight matrices forwards read from huge-page copies (0: from the file mapping).
   virtual int64_t weight_copy_bytes() const { return 0; }
+  // The compute pool's timing (tensor::ThreadPool::Timing), for `ember bench --pool-timing`:
+  // set while no forward runs, read after forwards have returned.
+  virtual void set_pool_timing(bool /*on*/) {}
+  virtual tensor::ThreadPool::Timing pool_timing() const { return {}; }
 };
 
 // How the KV cache holds keys and values. f16 (IEEE half, llama.cpp's default cache type) halves

@@ -160,6 +160,8 @@ class CpuBackend final : public Backend {
   int64_t weight_copy_bytes() const override {
     return w_.arena ? static_cast<int64_t>(w_.arena->used()) : 0;
   }
+  void set_pool_timing(bool on) override { pool_.set_timing(on); }
+  tensor::ThreadPool::Timing pool_timing() const override { return pool_.timing(); }
   // Starts copying the matrices into huge pages on a background thread (once, right after
   // construction); forward adopts the copies when they are done.
   void start_weight_copy();

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -76,6 +77,16 @@ struct ThreadPool::Impl {
     }
   }
 
+  // The caller's wait for chunks that other threads claimed.
+  void wait_done(int64_t total) {
+    for (int i = 0; i < kSpinIters; ++i) {
+      if (done.load(std::memory_order_acquire) == total) return;
+      spin_wait(i);
+    }
+    std::unique_lock lk(mu);
+    cv_done.wait(lk, [&] { return done.load(std::memory_order_acquire) == total; });
+  }
+
   void worker() {
     uint64_t seen = 0;
     for (;;) {
@@ -124,6 +135,20 @@ ThreadPool::~ThreadPool() {
   delete impl_;
 }
 
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void ThreadPool::set_timing(bool on) {
+  timing_on_ = on;
+  timing_ = {};
+  last_end_ns_ = -1;
+}
+
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_for(n, 1, fn);
 }
@@ -138,6 +163,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
   }
   Impl& p = *impl_;
   ++jobs_;
+  const int64_t t0 = timing_on_ ? now_ns() : 0;
   // A few chunks per thread lets fast threads take up the slack of slow ones; the chunk count
   // must fit the claim word's 16 bits.
   int64_t chunk = std::max(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
@@ -157,13 +183,16 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
   }
   p.cv_work.notify_all();
   const int64_t ran = p.run_chunks(gen);
-  if (p.done.fetch_add(ran, std::memory_order_acq_rel) + ran == total) return;
-  for (int i = 0; i < kSpinIters; ++i) {
-    if (p.done.load(std::memory_order_acquire) == total) return;
-    spin_wait(i);
+  const int64_t t1 = timing_on_ ? now_ns() : 0;
+  if (p.done.fetch_add(ran, std::memory_order_acq_rel) + ran != total) p.wait_done(total);
+  if (timing_on_) {
+    const int64_t t2 = now_ns();
+    ++timing_.jobs;
+    timing_.run_ns += t1 - t0;
+    timing_.wait_ns += t2 - t1;
+    if (last_end_ns_ >= 0) timing_.serial_ns += t0 - last_end_ns_;
+    last_end_ns_ = t2;
   }
-  std::unique_lock lk(p.mu);
-  p.cv_done.wait(lk, [&] { return p.done.load(std::memory_order_acquire) == total; });
 }
 
 }  // namespace ember::tensor

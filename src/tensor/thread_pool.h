@@ -28,11 +28,29 @@ class ThreadPool {
   // by one.
   void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
+  // Where the caller's time goes, for benchmarks (`ember bench --pool-timing`): per hand-off,
+  // the caller running chunks (from publishing the job until none is left to claim), then
+  // waiting for chunks other threads claimed, and the time between one hand-off's end and the
+  // next one's start, when the caller works alone (serial work, jobs too small to hand off,
+  // or idle). Off by default: a hand-off then reads no clock. Set and read by the caller's
+  // thread, or by another while the caller is idle (after a handshake through a mutex).
+  struct Timing {
+    int64_t jobs = 0;       // hand-offs timed
+    int64_t run_ns = 0;     // caller running chunks
+    int64_t wait_ns = 0;    // caller waiting for other threads' chunks
+    int64_t serial_ns = 0;  // between hand-offs (not before the first one after set_timing)
+  };
+  void set_timing(bool on);  // resets the counters
+  Timing timing() const { return timing_; }
+
  private:
   struct Impl;
   Impl* impl_ = nullptr;
   int n_threads_ = 1;
   int64_t jobs_ = 0;  // written by the (single) caller only
+  bool timing_on_ = false;
+  Timing timing_;
+  int64_t last_end_ns_ = -1;  // when the last timed hand-off returned; -1: none yet
 };
 
 }  // namespace ember::tensor

@@ -53,3 +53,32 @@ def test_bench_at_a_depth_counts_the_kv_it_reads_in_its_bandwidth(ember, tmp_pat
             per_token = d["gbps"]["median"] * 1e9 / d["tok_s"]["median"]
             want = r["decode_bytes_per_token"] + d["kv_bytes_per_token"]
             assert abs(per_token - want) <= 1e-6 * want, (per_token, want)
+
+
+def test_bench_pool_timing_splits_decode_time_across_the_engine_threads_work(ember, tmp_path):
+    """--pool-timing: per token, the engine thread's share of the parallel jobs, its wait for the
+    other thread and its serial work between jobs; together they are the step's time (bounds
+    loose: the parts are per forward, the rate per interval between tokens)."""
+    model = str(tmp_path / "wide.gguf")
+    subprocess.run([ember, "fixture", "--arch", "llama", "--layers", "2", "--embd", "512", "--ff",
+                    "1536", "--heads", "8", "--kv-heads", "4", "--out", model],
+                   check=True, capture_output=True)
+    base = [ember, "bench", "-m", model, "-t", "2", "-p", "0", "-n", "32", "-c", "", "-r", "1",
+            "--no-bandwidth", "--json", "--pool-timing"]
+    d = json.loads(subprocess.run(base, check=True, capture_output=True, text=True,
+                                  timeout=120).stdout)["decode"]
+    pool = d["pool"]
+    assert pool["jobs_per_token"]["median"] >= 2 * 3  # at least q/k/v, gate/up, down per layer
+    parts = sum(pool[k]["median"] for k in ("run_ms_per_token", "wait_ms_per_token",
+                                            "serial_ms_per_token"))
+    per_token_ms = 1000.0 / d["tok_s"]["median"]
+    assert 0.5 * per_token_ms < parts < 2.0 * per_token_ms, (parts, per_token_ms)
+
+    # One thread hands nothing off: no breakdown. With -d the prompt's prefill would count: refused.
+    one = base[:]
+    one[one.index("-t") + 1] = "1"
+    d1 = json.loads(subprocess.run(one, check=True, capture_output=True, text=True,
+                                   timeout=120).stdout)["decode"]
+    assert "pool" not in d1
+    p = subprocess.run(base + ["-d", "64"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--pool-timing" in p.stderr and "-d" in p.stderr, p.stderr

@@ -105,5 +105,53 @@ TEST(ThreadPool, a_pool_of_one_runs_inline_on_the_caller) {
   EXPECT_TRUE(inline_run);
 }
 
+// With timing on, a hand-off's time splits into the caller running chunks and then waiting for
+// the others', and the time between hand-offs counts as serial. Bounds come from sleeps (lower
+// bounds only): the worker's chunk sleeps 30 ms after both chunks have started, the caller
+// sleeps 40 ms between two hand-offs, and a job small enough to run inline is serial time, not
+// a hand-off. Timing off (the default) counts nothing; set_timing resets.
+TEST(ThreadPool, timing_splits_the_callers_time_into_running_waiting_and_serial) {
+  using std::chrono::milliseconds;
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  auto rendezvous_then_worker_sleeps = [&](int64_t, int64_t) {
+    {
+      std::unique_lock lk(mu);
+      ++arrived;
+      cv.notify_all();
+      cv.wait_for(lk, std::chrono::seconds(5), [&] { return arrived % 2 == 0; });
+    }
+    if (std::this_thread::get_id() != caller) std::this_thread::sleep_for(milliseconds(30));
+  };
+  pool.parallel_for(2, rendezvous_then_worker_sleeps);
+  EXPECT_EQ(pool.timing().jobs, 0) << "off by default";
+  EXPECT_EQ(pool.timing().wait_ns, 0);
+
+  pool.set_timing(true);
+  pool.parallel_for(2, rendezvous_then_worker_sleeps);
+  ThreadPool::Timing t = pool.timing();
+  EXPECT_EQ(t.jobs, 1);
+  EXPECT_GE(t.wait_ns, 30'000'000) << "the caller waited for the worker's chunk";
+  EXPECT_EQ(t.serial_ns, 0) << "nothing before the first timed hand-off";
+  EXPECT_GT(t.run_ns, 0);
+
+  std::this_thread::sleep_for(milliseconds(40));
+  pool.parallel_for(10, 100, [](int64_t, int64_t) {});  // inline: serial, not a hand-off
+  pool.parallel_for(2, [](int64_t, int64_t) {});
+  t = pool.timing();
+  EXPECT_EQ(t.jobs, 2);
+  EXPECT_GE(t.serial_ns, 40'000'000);
+  EXPECT_LT(t.serial_ns, 30'000'000'000) << "only the time between the two hand-offs";
+
+  pool.set_timing(false);
+  EXPECT_EQ(pool.timing().jobs, 0) << "set_timing resets";
+  pool.parallel_for(2, [](int64_t, int64_t) {});
+  EXPECT_EQ(pool.timing().jobs, 0);
+  EXPECT_EQ(pool.timing().serial_ns, 0);
+}
+
 }  // namespace
 }  // namespace ember::tensor
