@@ -72,14 +72,14 @@ std::string format_value(const Value& v) {
     case ValueType::STRING:
       return quote(v.s);
     case ValueType::ARRAY: {
-      const size_t n = v.arr.size();
+      const size_t n = v.size();
       const bool abbreviate = n > kShortArray;
       std::string out = "[";
       if (abbreviate) out += fmt::format("{} {}s: ", n, value_type_name(v.elem_type));
       const size_t shown = abbreviate ? kArrayHead : n;
       for (size_t k = 0; k < shown; ++k) {
         if (k) out += ", ";
-        out += format_value(v.arr[k]);
+        out += format_value(v.at(k));
       }
       if (abbreviate) out += ", ... ";
       out += "]";

@@ -15,8 +15,9 @@ static_assert(std::endian::native == std::endian::little, "the GGUF reader assum
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr int kMaxArrayDepth = 8;        // deeper nesting is never legitimate; bounds recursion
-// Every array element becomes a Value (~72 bytes); real files hold ~1-2M elements in total.
-// The cap keeps a small hostile file from making us allocate many times its size.
+// Elements of arrays of arrays become Values (~100 bytes each) and each string element costs an
+// 8-byte offset; real files hold ~1-2M elements in total. The cap keeps a small hostile file
+// from making us allocate many times its size.
 constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
 constexpr uint32_t kMaxDims = 4;
 
@@ -56,6 +57,8 @@ class Cursor {
       : path_(path), data_(data), size_(size) {}
 
   size_t pos() const { return pos_; }
+  const uint8_t* here() const { return data_ + pos_; }
+  void skip(size_t n) { pos_ += n; }  // after need(n)
   size_t remaining() const { return size_ - pos_; }
   const std::string& path() const { return path_; }
   // What is being parsed, for error messages ("metadata key #3", "tensor info 'x'").
@@ -122,8 +125,28 @@ Status parse_array(Cursor& c, Value& out, int depth, ParseState& st) {
     return fail("{}: {} brings metadata array elements past the limit of {}", c.path(), c.context,
                 kMaxArrayElements);
   }
-  out.arr.resize(static_cast<size_t>(count));
-  for (auto& e : out.arr) EMBER_TRY_STATUS(parse_value(c, out.elem_type, e, depth + 1, st));
+  if (out.elem_type == ValueType::ARRAY) {
+    out.arr.resize(static_cast<size_t>(count));
+    for (auto& e : out.arr) EMBER_TRY_STATUS(parse_value(c, out.elem_type, e, depth + 1, st));
+    return {};
+  }
+  // Scalars and strings stay where they are (Value::at decodes them); each is checked here.
+  if (count == 0) return {};
+  out.packed = c.here();
+  out.packed_count = count;
+  if (out.elem_type == ValueType::STRING) {
+    out.packed_offsets.resize(static_cast<size_t>(count));
+    const size_t start = c.pos();
+    for (auto& off : out.packed_offsets) {
+      off = c.pos() - start;
+      EMBER_TRY(std::string_view ignored, c.read_string("string value"));
+      (void)ignored;
+    }
+    return {};
+  }
+  const uint64_t bytes = count * min_encoded_size(out.elem_type);  // count fits (checked above)
+  EMBER_TRY_STATUS(c.need(bytes, "array elements"));
+  c.skip(static_cast<size_t>(bytes));
   return {};
 }
 
@@ -243,6 +266,21 @@ std::string_view value_type_name(ValueType t) {
       return "f64";
   }
   return "unknown";
+}
+
+Value Value::at(size_t k) const {
+  EMBER_ASSERT(type == ValueType::ARRAY && k < size());
+  if (packed == nullptr) return arr[k];
+  // Bytes the parser already checked: the same decoding cannot fail.
+  const uint64_t off =
+      elem_type == ValueType::STRING ? packed_offsets[k] : k * min_encoded_size(elem_type);
+  static const std::string kPath = "(packed array element)";
+  Cursor c(kPath, packed + off, std::numeric_limits<size_t>::max() - off);
+  Value e;
+  ParseState st;
+  const Status s = parse_value(c, elem_type, e, kMaxArrayDepth, st);
+  EMBER_ASSERT(s.ok());
+  return e;
 }
 
 bool Value::is_integer() const {
@@ -504,8 +542,8 @@ Result<std::vector<std::string_view>> File::get_string_array(std::string_view ke
     return wrong_type(*this, key, *v, "an array of string");
   }
   std::vector<std::string_view> out;
-  out.reserve(v->arr.size());
-  for (const auto& e : v->arr) out.push_back(e.s);
+  out.reserve(v->size());
+  for (size_t k = 0; k < v->size(); ++k) out.push_back(v->at(k).s);
   return out;
 }
 
@@ -518,8 +556,9 @@ Result<std::vector<float>> File::get_float_array(std::string_view key) const {
     return wrong_type(*this, key, *v, "an array of numbers");
   }
   std::vector<float> out;
-  out.reserve(v->arr.size());
-  for (const auto& e : v->arr) {
+  out.reserve(v->size());
+  for (size_t k = 0; k < v->size(); ++k) {
+    const Value e = v->at(k);
     if (e.is_float()) {
       out.push_back(static_cast<float>(e.f));
     } else {
@@ -539,9 +578,9 @@ Result<std::vector<int64_t>> File::get_int_array(std::string_view key) const {
     return wrong_type(*this, key, *v, "an array of integers");
   }
   std::vector<int64_t> out;
-  out.reserve(v->arr.size());
-  for (const auto& e : v->arr) {
-    EMBER_TRY(int64_t i, as_int(*this, key, e));
+  out.reserve(v->size());
+  for (size_t k = 0; k < v->size(); ++k) {
+    EMBER_TRY(int64_t i, as_int(*this, key, v->at(k)));
     out.push_back(i);
   }
   return out;

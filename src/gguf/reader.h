@@ -35,19 +35,29 @@ enum class ValueType : uint32_t {
 };
 std::string_view value_type_name(ValueType t);
 
-// One metadata value. Scalars live in the numeric fields; strings point into the mapping;
-// arrays hold their elements (arrays of arrays nest).
+// One metadata value. Scalars live in the numeric fields; strings point into the mapping.
+// An ARRAY's elements are read through size() and at(i). An array built in memory (the writer,
+// fixtures, tests) holds them in `arr`; an array of scalars or strings read from a file leaves
+// `arr` empty and keeps them packed where they lie in the mapping, decoded by at() as the
+// parser decodes them: a 262,144-entry vocabulary (tokens, scores, types) costs 2 MB of string
+// offsets instead of 57 MB of Values, in every process that opens the model. Arrays of arrays
+// are held in `arr` either way (each inner array packed in turn).
 struct Value {
   ValueType type = ValueType::U8;
-  ValueType elem_type = ValueType::U8;  // for ARRAY
-  uint64_t u = 0;                       // unsigned integers and BOOL
-  int64_t i = 0;                        // signed integers
-  double f = 0;                         // F32 / F64
-  std::string_view s;                   // STRING
-  std::vector<Value> arr;               // ARRAY
+  ValueType elem_type = ValueType::U8;   // for ARRAY
+  uint64_t u = 0;                        // unsigned integers and BOOL
+  int64_t i = 0;                         // signed integers
+  double f = 0;                          // F32 / F64
+  std::string_view s;                    // STRING
+  std::vector<Value> arr;                // ARRAY built in memory, or of arrays
+  const uint8_t* packed = nullptr;       // ARRAY read from a file: its first element's bytes
+  uint64_t packed_count = 0;             // and how many
+  std::vector<uint64_t> packed_offsets;  // STRING elements: each one's offset from `packed`
 
   bool is_integer() const;
   bool is_float() const { return type == ValueType::F32 || type == ValueType::F64; }
+  size_t size() const { return packed != nullptr ? packed_count : arr.size(); }
+  Value at(size_t k) const;  // element k < size() of an ARRAY
 };
 
 struct TensorInfo {

@@ -66,8 +66,9 @@ void put_payload(std::vector<uint8_t>& out, const Value& v) {
       break;
     case ValueType::ARRAY:
       put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
-      put<uint64_t>(out, v.arr.size());
-      for (const auto& e : v.arr) {
+      put<uint64_t>(out, v.size());
+      for (size_t k = 0; k < v.size(); ++k) {
+        const Value e = v.at(k);
         EMBER_ASSERT(e.type == v.elem_type);
         put_payload(out, e);
       }

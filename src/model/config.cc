@@ -30,12 +30,12 @@ Result<std::vector<uint8_t>> sliding_layers(const gguf::File& f, const std::stri
   std::vector<uint8_t> out(static_cast<size_t>(n_layer), 0);
   const gguf::Value* v = f.find(key);
   if (v && v->type == gguf::ValueType::ARRAY) {
-    if (v->arr.size() != out.size()) {
-      return fail("{}: {} has {} entries, but the model has {} layers", f.path(), key,
-                  v->arr.size(), n_layer);
+    if (v->size() != out.size()) {
+      return fail("{}: {} has {} entries, but the model has {} layers", f.path(), key, v->size(),
+                  n_layer);
     }
     for (size_t il = 0; il < out.size(); ++il) {
-      const gguf::Value& e = v->arr[il];
+      const gguf::Value e = v->at(il);
       if (e.type != gguf::ValueType::BOOL && !e.is_integer()) {
         return fail("{}: {}[{}] is {}, expected a bool", f.path(), key, il,
                     gguf::value_type_name(e.type));

@@ -36,8 +36,8 @@ void hash_value(Hasher& h, const gguf::Value& v) {
   h.pod(v.i);
   h.pod(v.f);
   h.str(v.s);
-  h.pod(static_cast<uint64_t>(v.arr.size()));
-  for (const gguf::Value& e : v.arr) hash_value(h, e);
+  h.pod(static_cast<uint64_t>(v.size()));
+  for (size_t k = 0; k < v.size(); ++k) hash_value(h, v.at(k));
 }
 
 void hash_config(Hasher& h, const ModelConfig& c) {

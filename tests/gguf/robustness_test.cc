@@ -19,7 +19,7 @@ uint64_t touch_everything(const File& f) {
   uint64_t sum = 0;
   auto touch_value = [&](auto& self, const Value& v) -> void {
     for (char c : v.s) sum += static_cast<uint8_t>(c);
-    for (const auto& e : v.arr) self(self, e);
+    for (size_t k = 0; k < v.size(); ++k) self(self, v.at(k));
   };
   for (const auto& [k, v] : f.metadata()) touch_value(touch_value, v);
   for (const auto& t : f.tensors()) {

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "gguf/reader.h"
 #include "gguf_test_util.h"
 
@@ -117,21 +121,86 @@ TEST(GgufWriter, round_trips_arrays_including_nested_and_empty_ones) {
   ASSERT_NE(empty, nullptr);
   EXPECT_EQ(empty->type, ValueType::ARRAY);
   EXPECT_EQ(empty->elem_type, ValueType::I32);
-  EXPECT_TRUE(empty->arr.empty());
+  EXPECT_EQ(empty->size(), 0u);
   EXPECT_EQ(*f.get_int_array("u8s"), (std::vector<int64_t>{0, 50, 100, 150, 200}));
 
   const Value* nested = f.find("nested");
   ASSERT_NE(nested, nullptr);
   ASSERT_EQ(nested->elem_type, ValueType::ARRAY);
-  ASSERT_EQ(nested->arr.size(), 3u);
-  EXPECT_EQ(nested->arr[0].elem_type, ValueType::U16);
-  ASSERT_EQ(nested->arr[0].arr.size(), 2u);
-  EXPECT_EQ(nested->arr[0].arr[1].u, 2u);
-  EXPECT_TRUE(nested->arr[1].arr.empty());
-  EXPECT_EQ(nested->arr[2].arr[0].u, 3u);
+  ASSERT_EQ(nested->size(), 3u);
+  EXPECT_EQ(nested->at(0).elem_type, ValueType::U16);
+  ASSERT_EQ(nested->at(0).size(), 2u);
+  EXPECT_EQ(nested->at(0).at(1).u, 2u);
+  EXPECT_EQ(nested->at(1).size(), 0u);
+  EXPECT_EQ(nested->at(2).at(0).u, 3u);
   const Value* n3 = f.find("nested3");
   ASSERT_NE(n3, nullptr);
-  EXPECT_EQ(n3->arr.at(0).arr.at(0).arr.at(0).s, "deep");
+  EXPECT_EQ(n3->at(0).at(0).at(0).s, "deep");
+}
+
+// Arrays of scalars and strings read from a file stay packed in the mapping (a model's
+// vocabulary would otherwise be hundreds of thousands of 72-byte Values): no element Values,
+// one offset per string, and every element read back through at() exactly as written; written
+// out again from the parsed values, the file's file is byte for byte the same.
+TEST(GgufWriter, parsed_arrays_of_scalars_and_strings_stay_packed_and_read_back_exactly) {
+  ScratchDir dir;
+  constexpr int kN = 50000;
+  std::vector<std::string> strs;
+  std::vector<float> floats;
+  std::vector<int32_t> ints;
+  for (int k = 0; k < kN; ++k) {
+    strs.push_back(k % 7 == 0 ? std::string() : "tok" + std::to_string(k));
+    floats.push_back(static_cast<float>(k) * -0.25f);
+    ints.push_back(k % 3 - 1);
+  }
+  Value bools = array_of(ValueType::BOOL, {});
+  for (int k = 0; k < 9; ++k) {
+    Value e = scalar(ValueType::BOOL);
+    e.u = k % 2;
+    bools.arr.push_back(e);
+  }
+  Writer w;
+  w.set_string_array("strs", strs);
+  w.set_f32_array("floats", floats);
+  w.set_i32_array("ints", ints);
+  w.set_value("bools", bools);
+  ASSERT_TRUE(w.write(dir.path("a.gguf")).ok());
+  File f = open_ok(dir.path("a.gguf"));
+
+  const Value* s = f.find("strs");
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->arr.empty());
+  EXPECT_EQ(s->packed_offsets.size(), static_cast<size_t>(kN));
+  ASSERT_EQ(s->size(), static_cast<size_t>(kN));
+  const Value* fl = f.find("floats");
+  const Value* in = f.find("ints");
+  const Value* bo = f.find("bools");
+  ASSERT_TRUE(fl && in && bo);
+  EXPECT_TRUE(fl->arr.empty() && in->arr.empty() && bo->arr.empty());
+  EXPECT_TRUE(fl->packed_offsets.empty() && in->packed_offsets.empty());
+  for (int k = 0; k < kN; ++k) {
+    const auto i = static_cast<size_t>(k);
+    ASSERT_EQ(s->at(i).type, ValueType::STRING);
+    ASSERT_EQ(s->at(i).s, strs[i]) << k;
+    ASSERT_EQ(fl->at(i).f, floats[i]) << k;
+    ASSERT_EQ(in->at(i).i, ints[i]) << k;
+  }
+  for (size_t k = 0; k < 9; ++k) EXPECT_EQ(bo->at(k).u, k % 2) << k;
+  EXPECT_EQ(*f.get_string_array("strs"), std::vector<std::string_view>(strs.begin(), strs.end()));
+
+  Writer again;
+  for (const auto& [key, v] : f.metadata()) again.set_value(key, v);
+  ASSERT_TRUE(again.write(dir.path("b.gguf")).ok());
+  auto bytes = [](const std::string& path) {
+    std::string b;
+    FILE* fp = std::fopen(path.c_str(), "rb");
+    EXPECT_NE(fp, nullptr);
+    char buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, fp)) > 0;) b.append(buf, n);
+    std::fclose(fp);
+    return b;
+  };
+  EXPECT_EQ(bytes(dir.path("a.gguf")), bytes(dir.path("b.gguf")));
 }
 
 TEST(GgufWriter, tensor_data_is_zero_copy_and_aligned_inside_the_mapping) {

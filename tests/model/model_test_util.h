@@ -87,15 +87,15 @@ inline void rewrite(
       case VT::ARRAY: {
         if (v.elem_type == VT::STRING) {
           std::vector<std::string> s;
-          for (const auto& e : v.arr) s.emplace_back(e.s);
+          for (size_t k = 0; k < v.size(); ++k) s.emplace_back(v.at(k).s);
           w.set_string_array(key, s);
         } else if (v.elem_type == VT::F32) {
           std::vector<float> s;
-          for (const auto& e : v.arr) s.push_back(static_cast<float>(e.f));
+          for (size_t k = 0; k < v.size(); ++k) s.push_back(static_cast<float>(v.at(k).f));
           w.set_f32_array(key, s);
         } else {
           std::vector<int32_t> s;
-          for (const auto& e : v.arr) s.push_back(static_cast<int32_t>(e.i));
+          for (size_t k = 0; k < v.size(); ++k) s.push_back(static_cast<int32_t>(v.at(k).i));
           w.set_i32_array(key, s);
         }
         break;
