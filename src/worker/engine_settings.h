@@ -1,7 +1,7 @@
 // The engine's process settings (DESIGN.md §7): shared by `ember serve` (in-process, or passed
-// to the worker in the protocol's Configure frame), `ember engine` and `ember run`. Loading a
-// model with them gives a LoadedModel: the backend, the engine options and what the front needs
-// to know about the model.
+// to the worker in the protocol's Configure frame) and `ember engine` (the worker); `ember run`
+// and `ember bench` declare their own. Loading a model with them gives a LoadedModel: the
+// backend, the engine options and what the front needs to know about the model.
 #pragma once
 
 #include <cstdint>
