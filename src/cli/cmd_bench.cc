@@ -285,11 +285,9 @@ Result<std::vector<int>> parse_list(const std::string& s, const char* flag, int 
 
 int run(const BenchOptions& o) {
   json out;
-  if (!o.simd_level.empty()) {
-    if (auto st = tensor::select_simd_level(o.simd_level); !st) {
-      std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
-      return 2;
-    }
+  if (auto st = tensor::select_simd_level(o.simd_level); !st) {
+    std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
+    return 2;
   }
   out["simd_level"] = std::string(tensor::simd_level());
   if (o.pool_timing && o.depth > 0) {
@@ -498,7 +496,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--pool-timing", o.pool_timing,
                "also time the compute pool's hand-offs at batch-1 decode: per token, the engine "
                "thread running its share of the parallel jobs, waiting for the other threads, "
-               "and working alone between jobs (clock reads per job: not with -d)");
+               "and working alone between jobs (reads the clock at every job; not with -d)");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
   app.add_option("--kv-type", o.kv_type, "KV cache type: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}))

@@ -150,11 +150,9 @@ int cmd_serve(int argc, char** argv) {
   }
   // The worker checks it again where it loads; here a level this CPU lacks fails before the
   // server listens (the front runs on the same CPU).
-  if (!es.simd_level.empty()) {
-    if (auto st = tensor::select_simd_level(es.simd_level); !st) {
-      std::fprintf(stderr, "ember serve: %s\n", st.message().c_str());
-      return 2;
-    }
+  if (auto st = tensor::select_simd_level(es.simd_level); !st) {
+    std::fprintf(stderr, "ember serve: %s\n", st.message().c_str());
+    return 2;
   }
   log::init(o.log_level);
   log::info("ember serve: settings: {} {}", worker::engine_settings_table().describe(es),

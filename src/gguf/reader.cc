@@ -135,13 +135,14 @@ Status parse_array(Cursor& c, Value& out, int depth, ParseState& st) {
   out.packed = c.here();
   out.packed_count = count;
   if (out.elem_type == ValueType::STRING) {
-    out.packed_offsets.resize(static_cast<size_t>(count));
+    out.packed_offsets.reserve(static_cast<size_t>(count) + 1);
     const size_t start = c.pos();
-    for (auto& off : out.packed_offsets) {
-      off = c.pos() - start;
+    for (uint64_t k = 0; k < count; ++k) {
+      out.packed_offsets.push_back(c.pos() - start);
       EMBER_TRY(std::string_view ignored, c.read_string("string value"));
       (void)ignored;
     }
+    out.packed_offsets.push_back(c.pos() - start);
     return {};
   }
   const uint64_t bytes = count * min_encoded_size(out.elem_type);  // count fits (checked above)
@@ -271,11 +272,14 @@ std::string_view value_type_name(ValueType t) {
 Value Value::at(size_t k) const {
   EMBER_ASSERT(type == ValueType::ARRAY && k < size());
   if (packed == nullptr) return arr[k];
-  // Bytes the parser already checked: the same decoding cannot fail.
-  const uint64_t off =
-      elem_type == ValueType::STRING ? packed_offsets[k] : k * min_encoded_size(elem_type);
+  // Bytes the parser already checked, read within the element's own bounds: the same decoding
+  // cannot fail.
+  const bool str = elem_type == ValueType::STRING;
+  const uint64_t size = min_encoded_size(elem_type);
+  const uint64_t off = str ? packed_offsets[k] : k * size;
+  const uint64_t len = str ? packed_offsets[k + 1] - off : size;
   static const std::string kPath = "(packed array element)";
-  Cursor c(kPath, packed + off, std::numeric_limits<size_t>::max() - off);
+  Cursor c(kPath, packed + off, static_cast<size_t>(len));
   Value e;
   ParseState st;
   const Status s = parse_value(c, elem_type, e, kMaxArrayDepth, st);

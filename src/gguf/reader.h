@@ -52,7 +52,8 @@ struct Value {
   std::vector<Value> arr;                // ARRAY built in memory, or of arrays
   const uint8_t* packed = nullptr;       // ARRAY read from a file: its first element's bytes
   uint64_t packed_count = 0;             // and how many
-  std::vector<uint64_t> packed_offsets;  // STRING elements: each one's offset from `packed`
+  std::vector<uint64_t> packed_offsets;  // STRING elements: where each starts from `packed`, and
+                                         // where the last ends (packed_count + 1 entries)
 
   bool is_integer() const;
   bool is_float() const { return type == ValueType::F32 || type == ValueType::F64; }

@@ -4,6 +4,7 @@
 #include "tensor/membw.h"
 
 #include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>

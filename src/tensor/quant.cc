@@ -163,7 +163,7 @@ std::vector<std::string_view> supported_simd_levels() {
 }
 
 Status select_simd_level(std::string_view level) {
-  if (set_simd_level(level)) return {};
+  if (level.empty() || set_simd_level(level)) return {};
   std::string have;
   for (auto l : supported_simd_levels()) have += (have.empty() ? "" : ", ") + std::string(l);
   return fail("--simd-level: '{}' is not a level this CPU has (it has: {})", level, have);

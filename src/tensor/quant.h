@@ -51,8 +51,8 @@ std::string_view simd_level();
 bool set_simd_level(std::string_view level);
 // The levels this CPU can run, lowest first ("scalar" always).
 std::vector<std::string_view> supported_simd_levels();
-// set_simd_level for a setting (`--simd-level`): the error names the level asked for and the
-// ones this CPU has.
+// set_simd_level for a setting (`--simd-level`; empty: leave the level as it is). The error names
+// the level asked for and the ones this CPU has.
 Status select_simd_level(std::string_view level);
 
 }  // namespace ember::tensor

@@ -37,6 +37,12 @@ inline void spin_wait(int i) {
 
 constexpr int kSpinIters = 2048;  // then sleep on the condition variable
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -134,14 +140,6 @@ ThreadPool::~ThreadPool() {
   for (auto& t : impl_->threads) t.join();
   delete impl_;
 }
-
-namespace {
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 void ThreadPool::set_timing(bool on) {
   timing_on_ = on;

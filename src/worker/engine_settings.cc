@@ -51,7 +51,7 @@ const settings::Table<EngineSettings>& engine_settings_table() {
 
 Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog_tokens) {
   // Before the load: the weights are copied into the layout the active level's kernels read.
-  if (!s.simd_level.empty()) EMBER_TRY_STATUS(tensor::select_simd_level(s.simd_level));
+  EMBER_TRY_STATUS(tensor::select_simd_level(s.simd_level));
   log::info("engine: {} kernels", tensor::simd_level());
   EMBER_TRY(gguf::File file, gguf::File::open(s.model));
   auto shared = std::make_shared<const gguf::File>(std::move(file));
