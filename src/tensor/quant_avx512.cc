@@ -329,16 +329,55 @@ struct FromInterleaved : InterleavedGroup<U, kLanes> {
   }
 };
 
-// NT tokens (1 or 2) against 16 rows (src: a packed block or an interleaved group): lane r of
-// out[t] = row r's dot product with token t; each weight vector is loaded once for the NT
-// tokens. q[t]: token t's activation blocks (q_stride bytes apart), side[t] its activation side.
+// Block b of 16 rows (its tile at pb) against NT tokens: acc[t] += token t's terms, in the
+// order of legacy_phase.h. q[t]: token t's activation blocks (q_stride bytes apart), side[t]
+// its activation side. Each weight vector is loaded (and unpacked) once for the NT tokens.
 template <class U, int NT, class Src>
-void packed16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
-                     const ActSide* const* side, __m512* out) {
+[[gnu::always_inline]] inline void block16(const uint8_t* pb, int64_t b, const uint8_t* const* q,
+                                           size_t q_stride, const ActSide* const* side,
+                                           __m512 (&acc)[NT]) {
   using P = Phase<U, IsaAvx512Vnni>;
   // The activation bytes sit after the block's scale words.
   constexpr size_t kQsOff = P::kMin ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
-  __m512 acc[kPhases][NT];
+  // Two chains of four per token: eight dependent vpdpbusd would be latency-bound.
+  __m512i s2[NT][2];
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) s2[t][0] = s2[t][1] = _mm512_setzero_si512();
+  EMBER_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    const __m512i wk = Src::levels(pb, k);
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* qb = q[t] + static_cast<size_t>(b) * q_stride + kQsOff;
+      s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], wk, bcast32(qb + 4 * k));
+    }
+  }
+  const __m512 dw = Src::d(pb);
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    __m512i s = _mm512_add_epi32(s2[t][0], s2[t][1]);
+    if constexpr (!P::kMin) s = _mm512_add_epi32(s, _mm512_set1_epi32(side[t]->corr[b]));
+    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(side[t]->d[b]));
+    acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[t]);
+    if constexpr (P::kMin) {
+      acc[t] = _mm512_fmadd_ps(Src::m(pb), _mm512_set1_ps(side[t]->s[b]), acc[t]);
+    }
+  }
+}
+
+// Token t's result from its 8 phase accumulators.
+inline __m512 phase_sum(const __m512* acc) {
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+                       _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
+}
+
+// NT tokens against 16 rows (src: a packed block or an interleaved group) with the phases
+// inside: lane r of out[t] = row r's dot product with token t. All 8 phases' accumulators are
+// live, which leaves registers for one token: tokens16 runs it for decode.
+template <class U, int NT, class Src>
+void packed16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
+                     const ActSide* const* side, __m512* out) {
+  __m512 acc[NT][kPhases];
   EMBER_UNROLL
   for (auto& row : acc) {
     EMBER_UNROLL
@@ -350,63 +389,104 @@ void packed16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t
       const int64_t b = g + j;
       if (b >= nb) break;
       src.prefetch(b);
-      const uint8_t* pb = src.tile(b);
-      // Two chains of four per token: eight dependent vpdpbusd would be latency-bound.
-      __m512i s2[NT][2];
+      __m512 a[NT];
       EMBER_UNROLL
-      for (int t = 0; t < NT; ++t) s2[t][0] = s2[t][1] = _mm512_setzero_si512();
+      for (int t = 0; t < NT; ++t) a[t] = acc[t][j];
+      block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, a);
       EMBER_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        const __m512i wk = Src::levels(pb, k);
-        EMBER_UNROLL
-        for (int t = 0; t < NT; ++t) {
-          const uint8_t* qb = q[t] + static_cast<size_t>(b) * q_stride + kQsOff;
-          s2[t][k & 1] = _mm512_dpbusd_epi32(s2[t][k & 1], wk, bcast32(qb + 4 * k));
-        }
-      }
-      const __m512 dw = Src::d(pb);
-      EMBER_UNROLL
-      for (int t = 0; t < NT; ++t) {
-        __m512i s = _mm512_add_epi32(s2[t][0], s2[t][1]);
-        if constexpr (!P::kMin) s = _mm512_add_epi32(s, _mm512_set1_epi32(side[t]->corr[b]));
-        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(side[t]->d[b]));
-        acc[j][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[j][t]);
-        if constexpr (P::kMin) {
-          acc[j][t] = _mm512_fmadd_ps(Src::m(pb), _mm512_set1_ps(side[t]->s[b]), acc[j][t]);
-        }
-      }
+      for (int t = 0; t < NT; ++t) acc[t][j] = a[t];
     }
   }
   EMBER_UNROLL
-  for (int t = 0; t < NT; ++t) {
-    out[t] = _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[4][t]), _mm512_add_ps(acc[2][t], acc[6][t])),
-        _mm512_add_ps(_mm512_add_ps(acc[1][t], acc[5][t]), _mm512_add_ps(acc[3][t], acc[7][t])));
-  }
+  for (int t = 0; t < NT; ++t) out[t] = phase_sum(acc[t]);
 }
 
-// Every token against 16 rows at src, lanes `live` stored at y + r0 (token t at y + t * ys).
-// Tokens in pairs (kernels_bench, 1 thread: Q4_1 2048x640 at 64 tokens 1,159 -> 875 us,
-// 131072x576 at 8 tokens 11.9 -> 9.0 ms).
+// The same for NT tokens (2 to 4) with the phases outside: phase j's blocks (b = j, j + 8, ...)
+// for every token, then phase j + 1's, so only one accumulator per token is live. Each block's
+// terms go into their phase's accumulator in the same order as above, so the results are
+// bit-identical; the 16 rows' tiles (a few KB) stay in L1 across the 8 passes.
+template <class U, int NT, class Src>
+void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
+                     const ActSide* const* side, __m512* out) {
+  __m512 phase[NT][kPhases];
+  EMBER_UNROLL
+  for (int j = 0; j < kPhases; ++j) {
+    __m512 acc[NT];
+    EMBER_UNROLL
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    for (int64_t b = j; b < nb; b += kPhases) {
+      if (j == 0) {  // the first pass prefetches ahead for every phase's tiles
+        EMBER_UNROLL
+        for (int i = 0; i < kPhases; ++i) {
+          if (b + i < nb) src.prefetch(b + i);
+        }
+      }
+      block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, acc);
+    }
+    EMBER_UNROLL
+    for (int t = 0; t < NT; ++t) phase[t][j] = acc[t];
+  }
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) out[t] = phase_sum(phase[t]);
+}
+
+// NT tokens from t0 against 16 rows at src through kernel K (packed16_tokens or
+// phased16_tokens), lanes `live` stored at y (token t at y + t * ys).
+template <int NT, class Kernel, class Src>
+void token_block16(Kernel kernel, int64_t nb, const Src& src, const uint8_t* a, size_t as,
+                   size_t q_stride, const ActSide* sides, __mmask16 live, float* y, size_t ys) {
+  const uint8_t* q[NT];
+  const ActSide* st[NT];
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a + static_cast<size_t>(t) * as;
+    st[t] = &sides[t];
+  }
+  __m512 v[NT];
+  kernel(nb, src, q, q_stride, st, v);
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * ys, live, v[t]);
+}
+
+// Every token against 16 rows at src, lanes `live` stored at y + r0 (token t at y + t * ys):
+// kTokenBlock at a time with the phases outside, one token (decode) with the phases inside.
+// kernels_bench, 1 thread, Intel Xeon VM, 2 paired rounds, token pairs (phases inside) against
+// blocks of 4: Q4_1 1536x576 at 8 tokens 65.8-66.6 vs 56.0-57.5 us, at 64 534-505 vs 443-452;
+// Q4_1 131072x576 at 8 tokens 5.5-6.1 vs 5.3-6.2 ms; Q8_0 262144x640 at 8 tokens 20.3-21.2 vs
+// 18.4-19.1 ms; Q5_0 1024x640 at 64 355-358 vs 299-307 us. Blocks of 8 were slower than pairs
+// (their 16 integer chains and 8 accumulators spill), blocks of 6 no faster at 8 tokens.
+constexpr int kTokenBlock = 4;
 template <class U, class Src>
 void tokens16(int64_t nb, const Src& src, const uint8_t* a, size_t as, size_t nt,
               const ActSide* sides, __mmask16 live, float* y, size_t ys) {
   const size_t q_stride = as / static_cast<size_t>(nb);  // bytes per activation block
   size_t t = 0;
-  for (; t + 2 <= nt; t += 2) {
-    const uint8_t* q[2] = {a + t * as, a + (t + 1) * as};
-    const ActSide* st[2] = {&sides[t], &sides[t + 1]};
-    __m512 v[2];
-    packed16_tokens<U, 2>(nb, src, q, q_stride, st, v);
-    _mm512_mask_storeu_ps(y + t * ys, live, v[0]);
-    _mm512_mask_storeu_ps(y + (t + 1) * ys, live, v[1]);
+  const auto block = [&](auto n) {
+    constexpr int kN = decltype(n)::value;
+    if constexpr (kN == 1) {
+      token_block16<1>(&packed16_tokens<U, 1, Src>, nb, src, a + t * as, as, q_stride, sides + t,
+                       live, y + t * ys, ys);
+    } else {
+      token_block16<kN>(&phased16_tokens<U, kN, Src>, nb, src, a + t * as, as, q_stride, sides + t,
+                        live, y + t * ys, ys);
+    }
+    t += kN;
+  };
+  while (t + static_cast<size_t>(kTokenBlock) <= nt) {
+    block(std::integral_constant<int, kTokenBlock>{});
   }
-  if (t < nt) {
-    const uint8_t* q[1] = {a + t * as};
-    const ActSide* st[1] = {&sides[t]};
-    __m512 v[1];
-    packed16_tokens<U, 1>(nb, src, q, q_stride, st, v);
-    _mm512_mask_storeu_ps(y + t * ys, live, v[0]);
+  switch (nt - t) {
+    case 3:
+      block(std::integral_constant<int, 3>{});
+      break;
+    case 2:
+      block(std::integral_constant<int, 2>{});
+      break;
+    case 1:
+      block(std::integral_constant<int, 1>{});
+      break;
+    default:
+      break;
   }
 }
 
