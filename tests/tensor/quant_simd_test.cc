@@ -110,9 +110,22 @@ TEST(QuantSimd, activation_quantizers_are_bit_identical_to_the_reference_at_ever
   for (auto level : simd_levels()) {
     ASSERT_TRUE(set_simd_level(level));
     for (DType t : {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DType::BF16}) {
-      for (int64_t blocks : {1, 2, 3, 17}) {
-        const int64_t n = blocks * (t == DType::Q8_0 || t == DType::Q8_1 ? 32 : 256);
+      const bool q8 = t == DType::Q8_0 || t == DType::Q8_1;
+      for (int64_t blocks : {1, 2, 3, 17, 26}) {
+        const int64_t n = blocks * (q8 ? 32 : 256);
         auto x = random_floats(n, static_cast<uint32_t>(blocks), 4.0f);
+        if (blocks == 26 && q8) {
+          // The edges inside whole groups of 8 blocks (the vector levels quantize 8 at once):
+          // a zero block (d = 0, 1/d = 0), scales that round to fp16 zero or subnormals, one
+          // that overflows fp16 (d = 1e7 / 127), and blocks of exact ties.
+          std::fill(x.begin() + 9 * 32, x.begin() + 10 * 32, 0.0f);
+          for (int64_t i = 4 * 32; i < 5 * 32; ++i) x[i] *= 1e-6f;
+          for (int64_t i = 6 * 32; i < 7 * 32; ++i) x[i] *= 2e-5f;
+          for (int64_t i = 5 * 32; i < 6 * 32; ++i) x[i] *= 1e7f;
+          for (int64_t i = 16 * 32; i < 24 * 32; ++i) {
+            x[i] = i % 32 == 0 ? 127.0f : static_cast<float>(i % 255 - 127) / 2.0f;
+          }
+        }
         if (blocks == 2) {
           // Exact .5 products: values k/2 with a block maximum of 127 make x * (1/d) land on ties.
           for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 255 - 127) / 2.0f;
