@@ -15,6 +15,7 @@
 #include "cli/model_path.h"
 #include "engine/engine.h"
 #include "model/backend.h"
+#include "tensor/quant.h"
 #include "text/text_codec.h"
 
 namespace ember::cli {
@@ -34,6 +35,7 @@ struct RunOptions {
   int32_t threads = 0;
   int32_t ctx_size = 0;
   std::string kv_type = "f16";
+  std::string simd_level;  // empty: the best this CPU has
   bool chat = false;
   std::string system = text::kDefaultSystemPrompt;
 };
@@ -124,9 +126,10 @@ void print_summary(const engine::DoneEvent& d) {
   double decode_tps = d.timings.decode_ms > 0 ? decoded * 1000.0 / d.timings.decode_ms : 0;
   std::fprintf(stderr,
                "\nember: prompt %d tokens, generated %d tokens, prefill %.1f tok/s, decode %.1f "
-               "tok/s, finish %s\n",
+               "tok/s, finish %s, %s kernels\n",
                u.prompt_tokens, u.completion_tokens, prefill_tps, decode_tps,
-               std::string(engine::finish_reason_name(d.reason)).c_str());
+               std::string(engine::finish_reason_name(d.reason)).c_str(),
+               std::string(tensor::simd_level()).c_str());
 }
 
 // Ctrl-C during an answer stops it (kept, cut short, in the history); Ctrl-C at the prompt or
@@ -187,6 +190,9 @@ int cmd_run(int argc, char** argv) {
       ->envname("EMBER_KV_TYPE")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
+  app.add_option("--simd-level", o.simd_level,
+                 "kernel level to run (scalar, avx2, avx512-vnni; default: the best this CPU has)")
+      ->envname("EMBER_SIMD_LEVEL");
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
   app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")
       ->capture_default_str();
@@ -197,6 +203,11 @@ int cmd_run(int argc, char** argv) {
   }
   if (!o.chat && o.prompt.empty()) {
     std::fprintf(stderr, "ember run: give --prompt TEXT, or --chat\n");
+    return 2;
+  }
+  // Before the load: the weights are copied into the selected level's layout.
+  if (auto st = tensor::select_simd_level(o.simd_level); !st) {
+    std::fprintf(stderr, "ember run: %s\n", st.message().c_str());
     return 2;
   }
   uint64_t seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
