@@ -439,13 +439,11 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
   }
 }
 
-// Every token against 8 unpacked rows, kTokenBlock at a time.
+// Every token against 8 rows at src (unpacked, or an interleaved group), kTokenBlock at a time.
 constexpr int kTokenBlock = 4;
-template <class U>
-void tokens8_packed(int64_t nb, const uint8_t* buf, const uint8_t* a, size_t as, size_t nt,
+template <class U, class Src>
+void tokens8_blocks(int64_t nb, const Src& src, const uint8_t* a, size_t as, size_t nt,
                     const ActSide* sides, int nr, float* y, size_t ys) {
-  using P = Phase<U, IsaAvx2>;
-  const FromPack8<P> src{buf};
   const size_t q_stride = as / static_cast<size_t>(nb);
   size_t t = 0;
   for (; t + kTokenBlock <= nt; t += kTokenBlock) {
@@ -485,15 +483,15 @@ void phase_packed_run_avx2(int64_t n, const uint8_t* w, size_t ws, int64_t nrows
   for (int64_t r = 0; r < nrows; r += kLanes) {
     const int nr = static_cast<int>(std::min<int64_t>(kLanes, nrows - r));
     pack8<U>(nb, w + static_cast<size_t>(r) * ws, ws, nr, buf.data());
-    tokens8_packed<U>(nb, buf.data(), a, as, nts, sides, nr, y + r, ys);
+    tokens8_blocks<U>(nb, FromPack8<P>{buf.data()}, a, as, nts, sides, nr, y + r, ys);
   }
 }
 
 // An interleaved group's levels unpacked into pack8's layout (no transpose: the words are
-// already in lanes), for more than one token: each token then reads them as they are instead
-// of unpacking them again (kernels_bench at avx2 on Zen 4, 1 thread, 3 paired rounds, unpacked
-// against read directly: Q4_1 131072x576 at 8 tokens 12.2 vs 14.7 ms, 2048x640 at 64 tokens
-// 1.47 vs 1.87 ms; Q8_0 262144x640 at 8 tokens 36.6 vs 44.2 ms).
+// already in lanes), so that each block of tokens reads them as they are instead of unpacking
+// them again. When the kernel took one token per pass this won everywhere (Zen 4, Q4_1
+// 131072x576 at 8 tokens 12.2 vs 14.7 ms read directly); with 4 tokens per pass it wins only
+// where noted at phase_interleaved_run_avx2.
 template <class U>
 void unpack8(int64_t nb, const FromInterleaved8<U>& src, uint8_t* buf) {
   using P = Phase<U, IsaAvx2>;
@@ -517,8 +515,15 @@ void unpack8(int64_t nb, const FromInterleaved8<U>& src, uint8_t* buf) {
   }
 }
 
-// The same for whole groups of 8 interleaved rows: decode reads them directly, more tokens
-// from the unpacked levels.
+// The same for whole groups of 8 interleaved rows: read directly (the levels unpacked in
+// registers, once per block of 4 tokens), except that the 5-bit types, and the others from
+// kUnpack8Tokens tokens, first unpack a group once into pack8's layout. EMBER_SIMD_LEVEL=avx2
+// kernels_bench on an Intel Xeon VM, 1 thread, paired rounds, unpacked vs direct: Q8_0
+// 262144x640 at 8 tokens 35.7-42.1 vs 27.5-29.0 ms, 2048x640 at 8 tokens 235-255 vs 181-201
+// us; Q4_1 131072x576 at 8 tokens 9.4-9.9 vs 8.0-8.8 ms, 576x1536 at 8 tokens 114-116 vs 94-95
+// us, but 1536x576 at 64 tokens 692-717 vs 760-791 us; Q5_0 1024x640 at 64 tokens 493-550 vs
+// 612-643 us (its fifth bits cost four more operations per vector and block of tokens).
+constexpr int64_t kUnpack8Tokens = 16;
 template <class U>
 void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a,
                                 size_t as, int64_t nt, float* y, size_t ys) {
@@ -527,8 +532,9 @@ void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, cons
   const size_t nts = static_cast<size_t>(nt);
   const ActSide* sides = act_sides<U, IsaAvx2>(nb, a, as, nts);
   const size_t group_bytes = static_cast<size_t>(nb) * FromInterleaved8<U>::kTile;
+  const bool unpack = nt > 1 && (FromInterleaved8<U>::kQh || nt >= kUnpack8Tokens);
   thread_local std::vector<uint8_t> buf;
-  if (nt > 1 && buf.size() < static_cast<size_t>(nb) * kPackedBlock<P>) {
+  if (unpack && buf.size() < static_cast<size_t>(nb) * kPackedBlock<P>) {
     buf.resize(static_cast<size_t>(nb) * kPackedBlock<P>);
   }
   for (int64_t r = 0; r < nrows; r += kLanes) {
@@ -536,8 +542,12 @@ void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, cons
     if (nt == 1) {
       packed8_tokens<U, 1>(nb, src, a, as, as / static_cast<size_t>(nb), sides, kLanes, y + r, ys);
     } else {
-      unpack8<U>(nb, src, buf.data());
-      tokens8_packed<U>(nb, buf.data(), a, as, nts, sides, kLanes, y + r, ys);
+      if (unpack) {
+        unpack8<U>(nb, src, buf.data());
+        tokens8_blocks<U>(nb, FromPack8<P>{buf.data()}, a, as, nts, sides, kLanes, y + r, ys);
+      } else {
+        tokens8_blocks<U>(nb, src, a, as, nts, sides, kLanes, y + r, ys);
+      }
     }
   }
 }

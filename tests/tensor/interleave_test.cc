@@ -98,7 +98,7 @@ TEST(Interleave, a_matmul_over_it_is_the_plain_matrix_result_bit_for_bit_at_ever
           const int64_t rows = (nb == 19 ? 64 : 6) * lanes, cols = nb * block_elems(t);
           const Quantized q = make(t, rows, cols, lanes, static_cast<uint32_t>(nb));
           const Matrix plain = q.matrix(0), inter = q.matrix(lanes);
-          for (int64_t n_tokens : {1, 2, 3, 5}) {
+          for (int64_t n_tokens : {1, 2, 3, 5, 17}) {
             const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens), 2.0f);
             for (auto& pool : pools) {
               std::vector<float> want(static_cast<size_t>(rows * n_tokens)), got(want.size(), NAN);
