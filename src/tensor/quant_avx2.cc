@@ -96,8 +96,9 @@ EMBER_AVX2 inline __m256 quant_8_blocks(const float* x, __m256i (&q8)[8], __m256
   __m256 m[8];
   for (int b = 0; b < 8; ++b) {
     m[b] = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < 4; ++k) {
       m[b] = _mm256_max_ps(m[b], abs_ps(_mm256_loadu_ps(x + 32 * b + 8 * k)));
+    }
   }
   const __m256 d = _mm256_div_ps(lane_max8(m), _mm256_set1_ps(127.0f));
   const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),

@@ -430,8 +430,8 @@ void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t
   for (int t = 0; t < NT; ++t) out[t] = phase_sum(phase[t]);
 }
 
-// NT tokens from t0 against 16 rows at src through kernel K (packed16_tokens or
-// phased16_tokens), lanes `live` stored at y (token t at y + t * ys).
+// NT tokens (token t's activations at a + t * as, its side at sides[t]) against 16 rows at src
+// through kernel (packed16_tokens or phased16_tokens), lanes `live` stored at y + t * ys.
 template <int NT, class Kernel, class Src>
 void token_block16(Kernel kernel, int64_t nb, const Src& src, const uint8_t* a, size_t as,
                    size_t q_stride, const ActSide* sides, __mmask16 live, float* y, size_t ys) {
@@ -451,7 +451,7 @@ void token_block16(Kernel kernel, int64_t nb, const Src& src, const uint8_t* a, 
 // Every token against 16 rows at src, lanes `live` stored at y + r0 (token t at y + t * ys):
 // kTokenBlock at a time with the phases outside, one token (decode) with the phases inside.
 // kernels_bench, 1 thread, Intel Xeon VM, 2 paired rounds, token pairs (phases inside) against
-// blocks of 4: Q4_1 1536x576 at 8 tokens 65.8-66.6 vs 56.0-57.5 us, at 64 534-505 vs 443-452;
+// blocks of 4: Q4_1 1536x576 at 8 tokens 65.8-66.6 vs 56.0-57.5 us, at 64 505-534 vs 443-452;
 // Q4_1 131072x576 at 8 tokens 5.5-6.1 vs 5.3-6.2 ms; Q8_0 262144x640 at 8 tokens 20.3-21.2 vs
 // 18.4-19.1 ms; Q5_0 1024x640 at 64 355-358 vs 299-307 us. Blocks of 8 were slower than pairs
 // (their 16 integer chains and 8 accumulators spill), blocks of 6 no faster at 8 tokens.
