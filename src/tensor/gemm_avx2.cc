@@ -445,28 +445,10 @@ template <class U, class Src>
 void tokens8_blocks(int64_t nb, const Src& src, const uint8_t* a, size_t as, size_t nt,
                     const ActSide* sides, int nr, float* y, size_t ys) {
   const size_t q_stride = as / static_cast<size_t>(nb);
-  size_t t = 0;
-  for (; t + kTokenBlock <= nt; t += kTokenBlock) {
-    packed8_tokens<U, kTokenBlock>(nb, src, a + t * as, as, q_stride, sides + t, nr, y + t * ys,
-                                   ys);
-  }
-  const auto rest = [&](auto n) {
+  for_token_blocks<kTokenBlock>(nt, [&](auto n, size_t t) {
     packed8_tokens<U, decltype(n)::value>(nb, src, a + t * as, as, q_stride, sides + t, nr,
                                           y + t * ys, ys);
-  };
-  switch (nt - t) {
-    case 3:
-      rest(std::integral_constant<int, 3>{});
-      break;
-    case 2:
-      rest(std::integral_constant<int, 2>{});
-      break;
-    case 1:
-      rest(std::integral_constant<int, 1>{});
-      break;
-    default:
-      break;
-  }
+  });
 }
 
 // A run of rows (a matmul task) against nt tokens: the activation side once per token, then

@@ -85,6 +85,28 @@ inline __m256i reduce8(const __m256i p[8]) {
                           _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
+// ---- tokens in blocks ----
+// fn(std::integral_constant<int, N>{}, t) for tokens [t, t + N): blocks of B from t = 0, then
+// one block of the 1..B-1 left over, so each level's multi-token kernel is instantiated per
+// block size with its accumulators in registers.
+template <int N, class Fn>
+void token_rest(size_t left, size_t t, Fn& fn) {
+  if constexpr (N > 0) {
+    if (left == N) {
+      fn(std::integral_constant<int, N>{}, t);
+    } else {
+      token_rest<N - 1>(left, t, fn);
+    }
+  }
+}
+
+template <int B, class Fn>
+void for_token_blocks(size_t nt, Fn&& fn) {
+  size_t t = 0;
+  for (; t + B <= nt; t += B) fn(std::integral_constant<int, B>{}, t);
+  token_rest<B - 1>(nt - t, t, fn);
+}
+
 // ---- the activation side, once per token per call ----
 // d_a per block (float), the offset correction -kOffset * sum(q_a) (int32), s_a (float, types
 // with a min); zero-padded to whole groups of 8 blocks so the last group's extra lanes add 0.

@@ -335,7 +335,7 @@ struct FromInterleaved : InterleavedGroup<U, kLanes> {
 template <class U, int NT, class Src>
 [[gnu::always_inline]] inline void block16(const uint8_t* pb, int64_t b, const uint8_t* const* q,
                                            size_t q_stride, const ActSide* const* side,
-                                           __m512 (&acc)[NT]) {
+                                           __m512* acc) {
   using P = Phase<U, IsaAvx512Vnni>;
   // The activation bytes sit after the block's scale words.
   constexpr size_t kQsOff = P::kMin ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
@@ -371,39 +371,29 @@ inline __m512 phase_sum(const __m512* acc) {
                        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
 }
 
-// NT tokens against 16 rows (src: a packed block or an interleaved group) with the phases
-// inside: lane r of out[t] = row r's dot product with token t. All 8 phases' accumulators are
-// live, which leaves registers for one token: tokens16 runs it for decode.
-template <class U, int NT, class Src>
-void packed16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
-                     const ActSide* const* side, __m512* out) {
-  __m512 acc[NT][kPhases];
+// One token against 16 rows (src: a packed block or an interleaved group) with the phases
+// inside, all 8 accumulators live (decode): lane r of out[0] = row r's dot product.
+template <class U, class Src>
+void packed16_token(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
+                    const ActSide* const* side, __m512* out) {
+  __m512 acc[kPhases];
   EMBER_UNROLL
-  for (auto& row : acc) {
-    EMBER_UNROLL
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  for (auto& v : acc) v = _mm512_setzero_ps();
   for (int64_t g = 0; g < nb; g += kPhases) {
     EMBER_UNROLL
     for (int j = 0; j < kPhases; ++j) {
       const int64_t b = g + j;
       if (b >= nb) break;
       src.prefetch(b);
-      __m512 a[NT];
-      EMBER_UNROLL
-      for (int t = 0; t < NT; ++t) a[t] = acc[t][j];
-      block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, a);
-      EMBER_UNROLL
-      for (int t = 0; t < NT; ++t) acc[t][j] = a[t];
+      block16<U, 1, Src>(src.tile(b), b, q, q_stride, side, &acc[j]);
     }
   }
-  EMBER_UNROLL
-  for (int t = 0; t < NT; ++t) out[t] = phase_sum(acc[t]);
+  out[0] = phase_sum(acc);
 }
 
-// The same for NT tokens (2 to 4) with the phases outside: phase j's blocks (b = j, j + 8, ...)
-// for every token, then phase j + 1's, so only one accumulator per token is live. Each block's
-// terms go into their phase's accumulator in the same order as above, so the results are
+// NT tokens (2 to 4) with the phases outside: phase j's blocks (b = j, j + 8, ...) for every
+// token, then phase j + 1's, so only one accumulator per token is live. Each block's terms go
+// into their phase's accumulator in the same order as in packed16_token, so the results are
 // bit-identical; the 16 rows' tiles (a few KB) stay in L1 across the 8 passes.
 template <class U, int NT, class Src>
 void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
@@ -431,7 +421,7 @@ void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t
 }
 
 // NT tokens (token t's activations at a + t * as, its side at sides[t]) against 16 rows at src
-// through kernel (packed16_tokens or phased16_tokens), lanes `live` stored at y + t * ys.
+// through kernel (packed16_token or phased16_tokens), lanes `live` stored at y + t * ys.
 template <int NT, class Kernel, class Src>
 void token_block16(Kernel kernel, int64_t nb, const Src& src, const uint8_t* a, size_t as,
                    size_t q_stride, const ActSide* sides, __mmask16 live, float* y, size_t ys) {
@@ -460,34 +450,16 @@ template <class U, class Src>
 void tokens16(int64_t nb, const Src& src, const uint8_t* a, size_t as, size_t nt,
               const ActSide* sides, __mmask16 live, float* y, size_t ys) {
   const size_t q_stride = as / static_cast<size_t>(nb);  // bytes per activation block
-  size_t t = 0;
-  const auto block = [&](auto n) {
+  for_token_blocks<kTokenBlock>(nt, [&](auto n, size_t t) {
     constexpr int kN = decltype(n)::value;
     if constexpr (kN == 1) {
-      token_block16<1>(&packed16_tokens<U, 1, Src>, nb, src, a + t * as, as, q_stride, sides + t,
-                       live, y + t * ys, ys);
+      token_block16<1>(&packed16_token<U, Src>, nb, src, a + t * as, as, q_stride, sides + t, live,
+                       y + t * ys, ys);
     } else {
       token_block16<kN>(&phased16_tokens<U, kN, Src>, nb, src, a + t * as, as, q_stride, sides + t,
                         live, y + t * ys, ys);
     }
-    t += kN;
-  };
-  while (t + static_cast<size_t>(kTokenBlock) <= nt) {
-    block(std::integral_constant<int, kTokenBlock>{});
-  }
-  switch (nt - t) {
-    case 3:
-      block(std::integral_constant<int, 3>{});
-      break;
-    case 2:
-      block(std::integral_constant<int, 2>{});
-      break;
-    case 1:
-      block(std::integral_constant<int, 1>{});
-      break;
-    default:
-      break;
-  }
+  });
 }
 
 // A run of rows (a matmul task) against nt tokens: the activation side once per token, then
