@@ -281,7 +281,7 @@ inline __m512i bcast32(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Where packed16_tokens finds block b's operands for 16 rows: the unsigned levels as 8 vectors
+// Where block16 finds block b's operands for 16 rows: the unsigned levels as 8 vectors
 // (vector k, 32-bit lane r: row r's levels 4k..4k+3), d_w and m_w as 16 floats.
 // The run-time pack (pack16): everything already unpacked.
 struct FromPack {
