@@ -1,11 +1,12 @@
 // Matmul throughput per weight type, in weight bytes streamed per second (GB/s), at a decode
 // shape (n_tokens = 1: memory-bound), a batched-decode shape (8: weights from memory, each row
-// used 8 times) and a prefill shape (n_tokens = 64: compute-bound), on
+// used 8 times), 16 and 32 (where avx512-amx's tile products take over) and a prefill shape
+// (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
 // Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*),
 // and the FFN activations at the models' widths (activation/*: the engine thread runs them
 // alone between two matmuls at decode).
-// Run: [EMBER_SIMD_LEVEL=avx2] build/kernels_bench [--benchmark_filter=Q4_K]
+// Run: [EMBER_SIMD_LEVEL=avx2|avx512-vnni|...] build/kernels_bench [--benchmark_filter=Q4_K]
 //      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
 // Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
 // divide the weight bytes by the CPU column instead (CPU time of the calling thread, which with
@@ -207,7 +208,7 @@ void register_all() {
   }
   for (const Case& c : cases) {
     // 8 tokens: batched decode at 8 streams (weights from memory, each row reused 8 times).
-    for (int64_t n_tokens : {1, 8, 64}) {
+    for (int64_t n_tokens : {1, 8, 16, 32, 64}) {
       if (n_tokens == 64 && !c.prefill) continue;
       if (c.cols % ember::tensor::block_elems(c.type) != 0) continue;  // K types need 256 | cols
       const std::string name = std::string("matmul/") +
@@ -227,7 +228,8 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // EMBER_SIMD_LEVEL=avx2 (or scalar, avx512-vnni) runs that level's kernels: A/B on one host.
+  // EMBER_SIMD_LEVEL=avx2 (or scalar, avx512-vnni, avx512-amx) runs that level's kernels: A/B on
+  // one host.
   if (const char* level = std::getenv("EMBER_SIMD_LEVEL"); level != nullptr && *level != 0) {
     if (!ember::tensor::set_simd_level(level)) {
       std::fprintf(stderr, "EMBER_SIMD_LEVEL=%s: not a level this CPU has\n", level);

@@ -491,7 +491,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--mmap-weights", o.mmap_weights,
                "stream weights from the file mapping instead of huge-page copies (A/B)");
   app.add_option("--simd-level", o.simd_level,
-                 "kernel level to run (scalar, avx2, avx512-vnni; default: the best this CPU has)");
+                 "kernel level to run (scalar, avx2, avx512-vnni, avx512-amx; default: the best "
+                 "this CPU has)");
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--pool-timing", o.pool_timing,
                "also time the compute pool's hand-offs at batch-1 decode: per token, the engine "

@@ -191,7 +191,8 @@ int cmd_run(int argc, char** argv) {
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   app.add_option("--simd-level", o.simd_level,
-                 "kernel level to run (scalar, avx2, avx512-vnni; default: the best this CPU has)")
+                 "kernel level to run (scalar, avx2, avx512-vnni, avx512-amx; default: the best "
+                 "this CPU has)")
       ->envname("EMBER_SIMD_LEVEL");
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
   app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")

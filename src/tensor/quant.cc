@@ -53,8 +53,8 @@ const std::array<Kernels, kMaxId>& ref_table() {
 }
 
 // Instruction-set levels, each table the one below with that level's kernels swapped in.
-enum Level : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kLevels = 3 };
-constexpr std::string_view kLevelNames[kLevels] = {"scalar", "avx2", "avx512-vnni"};
+enum Level : int { kScalar = 0, kAvx2 = 1, kAvx512Vnni = 2, kAvx512Amx = 3, kLevels = 4 };
+constexpr std::string_view kLevelNames[kLevels] = {"scalar", "avx2", "avx512-vnni", "avx512-amx"};
 
 struct Table {
   std::array<Kernels, kMaxId> k;
@@ -86,6 +86,8 @@ bool cpu_supports(int level) {
       return simd::cpu_has_avx2();
     case kAvx512Vnni:
       return simd::cpu_has_avx512_vnni();
+    case kAvx512Amx:
+      return simd::cpu_has_amx();
     default:
       return false;
   }
@@ -106,6 +108,8 @@ std::array<Table, kLevels> make_tables() {
   if (cpu_supports(kAvx2)) apply(&t[kAvx2], simd::avx2_kernels());
   t[kAvx512Vnni] = t[kAvx2];
   if (cpu_supports(kAvx512Vnni)) apply(&t[kAvx512Vnni], simd::avx512_kernels());
+  t[kAvx512Amx] = t[kAvx512Vnni];
+  if (cpu_supports(kAvx512Amx)) apply(&t[kAvx512Amx], simd::amx_kernels());
   return t;
 }
 

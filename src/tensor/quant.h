@@ -44,7 +44,8 @@ uint16_t f32_to_bf16(float f);
 // process-wide, meant for tests and benchmarks, not for flipping while kernels run).
 void set_simd_enabled(bool enabled);
 bool simd_enabled();
-// The instruction set the dispatched kernels use: "avx512-vnni", "avx2" or "scalar".
+// The instruction set the dispatched kernels use: "avx512-amx", "avx512-vnni", "avx2" or
+// "scalar".
 std::string_view simd_level();
 // Selects a level by name (one of supported_simd_levels()); false, and no change, for a level
 // this CPU lacks or an unknown name. set_simd_enabled(true) goes back to the best level.

@@ -6,7 +6,10 @@
 // the end, which reduce each block to one integer before any float work. Chosen at run
 // time by quant.cc when the CPU has these features (Debian's Highway emits no VNNI, hence
 // intrinsics).
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstddef>
@@ -530,6 +533,16 @@ void phase_interleaved_run(int64_t n, const uint8_t* w, int64_t nrows, const uin
   }
 }
 
+// fn(std::type_identity<U>{}, type) for each legacy type and its unpacker (unsigned levels).
+template <class Fn>
+void each_legacy_type(Fn&& fn) {
+  fn(std::type_identity<UnpackUQ8_0>{}, DType::Q8_0);
+  fn(std::type_identity<UnpackUQ4_0>{}, DType::Q4_0);
+  fn(std::type_identity<UnpackQ4_1>{}, DType::Q4_1);
+  fn(std::type_identity<UnpackUQ5_0>{}, DType::Q5_0);
+  fn(std::type_identity<UnpackQ5_1>{}, DType::Q5_1);
+}
+
 template <class U>
 void add_interleaved(KernelOverrides* o, DType t) {
   GemmKernel& g = o->gemm[static_cast<size_t>(t)];
@@ -537,27 +550,177 @@ void add_interleaved(KernelOverrides* o, DType t) {
   g.interleave_rows = kLanes;
 }
 
+// ---- avx512-amx: one tile product per block for many tokens ----
+// The level above avx512-vnni on CPUs with AMX-INT8 whose OS grants this process the tile
+// state. Only the interleaved legacy groups change, and only from kAmxMinTokens tokens
+// (prefill): a group is unpacked once into pack16's layout, whose 8 level vectors of a block
+// are exactly tdpbsud's B operand (8 rows of 16 x 4 unsigned bytes); its A operand is the
+// block's activation bytes of M tokens, read in place (the rows' stride); one tdpbsud gives
+// the M x 16 exact integer sums that M x 8 vpdpbusd give at avx512-vnni, stored, and scaled in
+// the phase order of legacy_phase.h: every result is bit-identical to avx512-vnni's.
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-int8")
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Two sets of tiles, so block i + 1's product can start while block i's sums are stored: set
+// c is C = tmm<c>, A = tmm<c + 2>, B = tmm<c + 4>.
+template <int M>
+void configure_tiles() {
+  TileConfig c;
+  for (int i : {0, 1}) {
+    c.rows[i] = M;  // C: M tokens x 16 int32
+    c.colsb[i] = 64;
+    c.rows[i + 2] = M;  // A: M tokens x 32 activation bytes
+    c.colsb[i + 2] = kQK;
+    c.rows[i + 4] = kQK / 4;  // B: 8 x (16 rows x 4 levels)
+    c.colsb[i + 4] = 64;
+  }
+  asm volatile("" ::: "memory");  // ldtilecfg's asm names only the first 8 bytes as read
+  _tile_loadconfig(&c);
+}
+
+// One block's sums through tile set C (tile numbers must be literals): out[t * 16 + r] = the
+// block's sum of level(row r) x activation(token t).
+template <int C>
+[[gnu::always_inline]] inline void tile_block(const uint8_t* levels, const uint8_t* act, size_t as,
+                                              int32_t* out) {
+  if constexpr (C == 0) {
+    _tile_loadd(4, levels, 64);
+    _tile_loadd(2, act, as);
+    _tile_zero(0);
+    _tile_dpbsud(0, 2, 4);
+    _tile_stored(0, out, 64);
+  } else {
+    _tile_loadd(5, levels, 64);
+    _tile_loadd(3, act, as);
+    _tile_zero(1);
+    _tile_dpbsud(1, 3, 5);
+    _tile_stored(1, out, 64);
+  }
+}
+
+// M tokens (activations at a, sides[t]) against one unpacked group (lv), phases outside as in
+// phased16_tokens: the same terms into the same accumulators in the same order.
+template <class U, int M>
+void amx_tokens(int64_t nb, const uint8_t* lv, const uint8_t* a, size_t as, size_t q_stride,
+                const ActSide* sides, float* y, size_t ys) {
+  using P = Phase<U, IsaAvx512Vnni>;
+  constexpr size_t kQsOff = P::kMin ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
+  alignas(64) int32_t sums[2][M * kLanes];
+  __m512 phase[M][kPhases];
+  const FromPack src{lv};
+  for (int j = 0; j < kPhases; ++j) {
+    __m512 acc[M];
+    EMBER_UNROLL
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    int i = 0;
+    for (int64_t b = j; b < nb; b += kPhases, ++i) {
+      const uint8_t* pb = src.tile(b);
+      const uint8_t* act = a + static_cast<size_t>(b) * q_stride + kQsOff;
+      int32_t* s = sums[i & 1];
+      if (i & 1) {
+        tile_block<1>(pb, act, as, s);
+      } else {
+        tile_block<0>(pb, act, as, s);
+      }
+      const __m512 dw = FromPack::d(pb);
+      EMBER_UNROLL
+      for (int t = 0; t < M; ++t) {
+        __m512i v = _mm512_load_si512(s + t * kLanes);
+        if constexpr (!P::kMin) v = _mm512_add_epi32(v, _mm512_set1_epi32(sides[t].corr[b]));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(sides[t].d[b]));
+        acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(v), acc[t]);
+        if constexpr (P::kMin) {
+          acc[t] = _mm512_fmadd_ps(FromPack::m(pb), _mm512_set1_ps(sides[t].s[b]), acc[t]);
+        }
+      }
+    }
+    EMBER_UNROLL
+    for (int t = 0; t < M; ++t) phase[t][j] = acc[t];
+  }
+  EMBER_UNROLL
+  for (int t = 0; t < M; ++t)
+    _mm512_storeu_ps(y + static_cast<size_t>(t) * ys, phase_sum(phase[t]));
+}
+
+// Below this many tokens the avx512-vnni kernels run: a group's unpacking and a block's tile
+// store are paid per group and block, and at fewer tokens they cost more than the products save.
+constexpr int64_t kAmxMinTokens = 16;
+
+template <class U>
+void amx_interleaved_run(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a, size_t as,
+                         int64_t nt, float* y, size_t ys) {
+  if (nt < kAmxMinTokens) {
+    phase_interleaved_run<U>(n, w, nrows, a, as, nt, y, ys);
+    return;
+  }
+  const int64_t nb = n / kQK;
+  const size_t nbs = static_cast<size_t>(nb), nts = static_cast<size_t>(nt);
+  const size_t q_stride = as / nbs;
+  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, nts);
+  const size_t group_bytes = nbs * FromInterleaved<U>::kTile;
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < nbs * kPackedBlock) buf.resize(nbs * kPackedBlock);
+  int configured = 0;
+  for (int64_t r = 0; r < nrows; r += kLanes) {
+    const FromInterleaved<U> src{{w + static_cast<size_t>(r / kLanes) * group_bytes}};
+    unpack16<U>(nb, src, buf.data());
+    asm volatile("" ::: "memory");  // tileloadd's asm does not name the levels it reads
+    size_t t = 0;
+    auto chunk = [&](auto m) {
+      constexpr int kM = decltype(m)::value;
+      if (configured != kM) {
+        configure_tiles<kM>();
+        configured = kM;
+      }
+      amx_tokens<U, kM>(nb, buf.data(), a + t * as, as, q_stride, sides + t, y + r + t * ys, ys);
+      t += kM;
+    };
+    while (nts - t >= 16) chunk(std::integral_constant<int, 16>{});
+    if (nts - t >= 8) chunk(std::integral_constant<int, 8>{});
+    if (nts - t >= 4) chunk(std::integral_constant<int, 4>{});
+    if (t < nts) {
+      tokens16<U>(nb, FromPack{buf.data()}, a + t * as, as, nts - t, sides + t,
+                  static_cast<__mmask16>(0xFFFF), y + r + t * ys, ys);
+    }
+  }
+  _tile_release();  // the thread's tile state back to its initial, unsaved form
+}
+
+template <class U>
+void add_amx_interleaved(KernelOverrides* o, DType t) {
+  o->gemm[static_cast<size_t>(t)].interleaved_run = &amx_interleaved_run<U>;
+}
+
+#pragma GCC pop_options
+
 }  // namespace
+
+// avx512-vnni's kernels with the interleaved runs replaced (apply() takes a gemm slot whole).
+KernelOverrides amx_kernels() {
+  KernelOverrides o;
+  if (!cpu_has_amx()) return o;
+  o = avx512_kernels();
+  each_legacy_type(
+      [&](auto u, DType t) { add_amx_interleaved<typename decltype(u)::type>(&o, t); });
+  return o;
+}
 
 KernelOverrides avx512_kernels() {
   KernelOverrides o;
   if (!cpu_has_avx512_vnni()) return o;
   register_tiles<IsaAvx512Vnni>(&o, true);
-  add_phase_kernels<UnpackUQ8_0, IsaAvx512Vnni>(&o, DType::Q8_0, &phase_packed_run<UnpackUQ8_0>,
-                                                kLanes);
-  add_phase_kernels<UnpackUQ4_0, IsaAvx512Vnni>(&o, DType::Q4_0, &phase_packed_run<UnpackUQ4_0>,
-                                                kLanes);
-  add_phase_kernels<UnpackUQ5_0, IsaAvx512Vnni>(&o, DType::Q5_0, &phase_packed_run<UnpackUQ5_0>,
-                                                kLanes);
-  add_phase_kernels<UnpackQ4_1, IsaAvx512Vnni>(&o, DType::Q4_1, &phase_packed_run<UnpackQ4_1>,
-                                               kLanes);
-  add_phase_kernels<UnpackQ5_1, IsaAvx512Vnni>(&o, DType::Q5_1, &phase_packed_run<UnpackQ5_1>,
-                                               kLanes);
-  add_interleaved<UnpackUQ8_0>(&o, DType::Q8_0);
-  add_interleaved<UnpackUQ4_0>(&o, DType::Q4_0);
-  add_interleaved<UnpackQ4_1>(&o, DType::Q4_1);
-  add_interleaved<UnpackUQ5_0>(&o, DType::Q5_0);
-  add_interleaved<UnpackQ5_1>(&o, DType::Q5_1);
+  each_legacy_type([&](auto u, DType t) {
+    using U = typename decltype(u)::type;
+    add_phase_kernels<U, IsaAvx512Vnni>(&o, t, &phase_packed_run<U>, kLanes);
+    add_interleaved<U>(&o, t);
+  });
   add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(&o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);
@@ -569,6 +732,25 @@ KernelOverrides avx512_kernels() {
 #pragma GCC pop_options
 
 namespace ember::tensor::simd {
+// AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24 and 25), the tile state enabled by the OS
+// (XCR0 bits 17 and 18), and this process granted it (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM,
+// XTILEDATA), once per process, for all its threads). Asked once.
+bool cpu_has_amx() {
+  static const bool ok = [] {
+    if (!cpu_has_avx512_vnni()) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if ((edx & (3u << 24)) != (3u << 24)) return false;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return false;  // OSXSAVE
+    unsigned lo = 0, hi = 0;
+    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+
 bool cpu_has_avx512_vnni() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

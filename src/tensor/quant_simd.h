@@ -1,7 +1,7 @@
 // Run-time selected SIMD kernels, by instruction-set level. Each level's function returns, per
 // type id, the kernels it has (nullptr where it has none: the level below, and finally the
-// scalar reference, fills the gap). quant.cc stacks them: scalar <- avx2 <- avx512-vnni.
-// Internal to the tensor layer.
+// scalar reference, fills the gap). quant.cc stacks them: scalar <- avx2 <- avx512-vnni <-
+// avx512-amx. Internal to the tensor layer.
 #pragma once
 
 #include <array>
@@ -101,6 +101,10 @@ void add_avx2_activations(KernelOverrides* o);  // activation.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
+// AMX-INT8, with the tile state granted to this process (quant_avx512.cc): avx512-vnni's
+// kernels, with tile products for the interleaved legacy types at many tokens.
+bool cpu_has_amx();
+KernelOverrides amx_kernels();
 
 }  // namespace ember::tensor::simd
 

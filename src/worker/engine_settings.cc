@@ -21,7 +21,8 @@ const settings::Table<EngineSettings>& engine_settings_table() {
         .one_of({"f16", "f32"});
     // Which levels exist depends on the CPU: load_model checks the name against it.
     t.add("--simd-level", &S::simd_level, "EMBER_SIMD_LEVEL",
-          "kernel level to run (scalar, avx2, avx512-vnni; empty: the best this CPU has), e.g. "
+          "kernel level to run (scalar, avx2, avx512-vnni, avx512-amx; empty: the best this CPU "
+          "has), e.g. "
           "to measure the code an AVX2-only host runs");
     t.add("--max-sequences", &S::max_sequences, "EMBER_MAX_SEQUENCES",
           "sequences decoded together at most")
