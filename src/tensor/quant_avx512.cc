@@ -553,11 +553,12 @@ void add_interleaved(KernelOverrides* o, DType t) {
 // ---- avx512-amx: one tile product per block for many tokens ----
 // The level above avx512-vnni on CPUs with AMX-INT8 whose OS grants this process the tile
 // state. Only the interleaved legacy groups change, and only from kAmxMinTokens tokens
-// (prefill): a group is unpacked once into pack16's layout, whose 8 level vectors of a block
-// are exactly tdpbsud's B operand (8 rows of 16 x 4 unsigned bytes); its A operand is the
-// block's activation bytes of M tokens, read in place (the rows' stride); one tdpbsud gives
-// the M x 16 exact integer sums that M x 8 vpdpbusd give at avx512-vnni, stored, and scaled in
-// the phase order of legacy_phase.h: every result is bit-identical to avx512-vnni's.
+// (prefill, batches of 16 or more): a group is unpacked once into pack16's layout, whose 8
+// level vectors of a block are exactly tdpbsud's B operand (8 rows of 16 x 4 unsigned bytes);
+// its A operand is the block's activation bytes of M tokens, read in place (the rows'
+// stride); one tdpbsud gives the M x 16 exact integer sums that M x 8 vpdpbusd give at
+// avx512-vnni, stored, and scaled in the phase order of legacy_phase.h: every result is
+// bit-identical to avx512-vnni's.
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8")
 
