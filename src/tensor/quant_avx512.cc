@@ -332,6 +332,19 @@ struct FromInterleaved : InterleavedGroup<U, kLanes> {
   }
 };
 
+// Block b's float terms for one token, in the order of legacy_phase.h: s (16 rows' exact
+// integer sums) scaled into acc. Every multi-row kernel of this level goes through it.
+template <class U, class Src>
+[[gnu::always_inline]] inline __m512 block_terms(__m512i s, __m512 dw, const uint8_t* pb,
+                                                 const ActSide& side, int64_t b, __m512 acc) {
+  using P = Phase<U, IsaAvx512Vnni>;
+  if constexpr (!P::kMin) s = _mm512_add_epi32(s, _mm512_set1_epi32(side.corr[b]));
+  const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(side.d[b]));
+  acc = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc);
+  if constexpr (P::kMin) acc = _mm512_fmadd_ps(Src::m(pb), _mm512_set1_ps(side.s[b]), acc);
+  return acc;
+}
+
 // Block b of 16 rows (its tile at pb) against NT tokens: acc[t] += token t's terms, in the
 // order of legacy_phase.h. q[t]: token t's activation blocks (q_stride bytes apart), side[t]
 // its activation side. Each weight vector is loaded (and unpacked) once for the NT tokens.
@@ -358,13 +371,7 @@ template <class U, int NT, class Src>
   const __m512 dw = Src::d(pb);
   EMBER_UNROLL
   for (int t = 0; t < NT; ++t) {
-    __m512i s = _mm512_add_epi32(s2[t][0], s2[t][1]);
-    if constexpr (!P::kMin) s = _mm512_add_epi32(s, _mm512_set1_epi32(side[t]->corr[b]));
-    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(side[t]->d[b]));
-    acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(s), acc[t]);
-    if constexpr (P::kMin) {
-      acc[t] = _mm512_fmadd_ps(Src::m(pb), _mm512_set1_ps(side[t]->s[b]), acc[t]);
-    }
+    acc[t] = block_terms<U, Src>(_mm512_add_epi32(s2[t][0], s2[t][1]), dw, pb, *side[t], b, acc[t]);
   }
 }
 
@@ -394,33 +401,43 @@ void packed16_token(int64_t nb, const Src& src, const uint8_t* const* q, size_t 
   out[0] = phase_sum(acc);
 }
 
-// NT tokens (2 to 4) with the phases outside: phase j's blocks (b = j, j + 8, ...) for every
-// token, then phase j + 1's, so only one accumulator per token is live. Each block's terms go
-// into their phase's accumulator in the same order as in packed16_token, so the results are
-// bit-identical; the 16 rows' tiles (a few KB) stay in L1 across the 8 passes.
-template <class U, int NT, class Src>
-void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
-                     const ActSide* const* side, __m512* out) {
+// Phases outside, for NT tokens: phase j's blocks (b = j, j + 8, ...) for every token, then
+// phase j + 1's, so only one accumulator per token is live; block(j, b, acc) adds block b's
+// terms (of phase j) of the NT tokens to acc[0..NT). Each block's terms go into their phase's
+// accumulator in the same order as in packed16_token, so the results are bit-identical to it.
+template <int NT, class Block>
+[[gnu::always_inline]] inline void phases_outside(int64_t nb, Block&& block, __m512* out) {
   __m512 phase[NT][kPhases];
   EMBER_UNROLL
   for (int j = 0; j < kPhases; ++j) {
     __m512 acc[NT];
     EMBER_UNROLL
     for (auto& v : acc) v = _mm512_setzero_ps();
-    for (int64_t b = j; b < nb; b += kPhases) {
-      if (j == 0) {  // the first pass prefetches ahead for every phase's tiles
-        EMBER_UNROLL
-        for (int i = 0; i < kPhases; ++i) {
-          if (b + i < nb) src.prefetch(b + i);
-        }
-      }
-      block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, acc);
-    }
+    for (int64_t b = j; b < nb; b += kPhases) block(j, b, acc);
     EMBER_UNROLL
     for (int t = 0; t < NT; ++t) phase[t][j] = acc[t];
   }
   EMBER_UNROLL
   for (int t = 0; t < NT; ++t) out[t] = phase_sum(phase[t]);
+}
+
+// NT tokens (2 to 4) against 16 rows with the phases outside; the 16 rows' tiles (a few KB)
+// stay in L1 across the 8 passes.
+template <class U, int NT, class Src>
+void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
+                     const ActSide* const* side, __m512* out) {
+  phases_outside<NT>(
+      nb,
+      [&](int j, int64_t b, __m512* acc) {
+        if (j == 0) {  // the first pass prefetches ahead for every phase's tiles
+          EMBER_UNROLL
+          for (int i = 0; i < kPhases; ++i) {
+            if (b + i < nb) src.prefetch(b + i);
+          }
+        }
+        block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, acc);
+      },
+      out);
 }
 
 // NT tokens (token t's activations at a + t * as, its side at sides[t]) against 16 rows at src
@@ -607,47 +624,37 @@ template <int C>
 }
 
 // M tokens (activations at a, sides[t]) against one unpacked group (lv), phases outside as in
-// phased16_tokens: the same terms into the same accumulators in the same order.
+// phased16_tokens, each block's sums from one tile product: the same terms into the same
+// accumulators in the same order.
 template <class U, int M>
 void amx_tokens(int64_t nb, const uint8_t* lv, const uint8_t* a, size_t as, size_t q_stride,
                 const ActSide* sides, float* y, size_t ys) {
   using P = Phase<U, IsaAvx512Vnni>;
   constexpr size_t kQsOff = P::kMin ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
   alignas(64) int32_t sums[2][M * kLanes];
-  __m512 phase[M][kPhases];
   const FromPack src{lv};
-  for (int j = 0; j < kPhases; ++j) {
-    __m512 acc[M];
-    EMBER_UNROLL
-    for (auto& v : acc) v = _mm512_setzero_ps();
-    int i = 0;
-    for (int64_t b = j; b < nb; b += kPhases, ++i) {
-      const uint8_t* pb = src.tile(b);
-      const uint8_t* act = a + static_cast<size_t>(b) * q_stride + kQsOff;
-      int32_t* s = sums[i & 1];
-      if (i & 1) {
-        tile_block<1>(pb, act, as, s);
-      } else {
-        tile_block<0>(pb, act, as, s);
-      }
-      const __m512 dw = FromPack::d(pb);
-      EMBER_UNROLL
-      for (int t = 0; t < M; ++t) {
-        __m512i v = _mm512_load_si512(s + t * kLanes);
-        if constexpr (!P::kMin) v = _mm512_add_epi32(v, _mm512_set1_epi32(sides[t].corr[b]));
-        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(sides[t].d[b]));
-        acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(v), acc[t]);
-        if constexpr (P::kMin) {
-          acc[t] = _mm512_fmadd_ps(FromPack::m(pb), _mm512_set1_ps(sides[t].s[b]), acc[t]);
+  __m512 out[M];
+  phases_outside<M>(
+      nb,
+      [&](int, int64_t b, __m512* acc) {
+        const uint8_t* pb = src.tile(b);
+        const uint8_t* act = a + static_cast<size_t>(b) * q_stride + kQsOff;
+        int32_t* s = sums[(b / kPhases) & 1];  // a pass's blocks alternate tile sets
+        if ((b / kPhases) & 1) {
+          tile_block<1>(pb, act, as, s);
+        } else {
+          tile_block<0>(pb, act, as, s);
         }
-      }
-    }
-    EMBER_UNROLL
-    for (int t = 0; t < M; ++t) phase[t][j] = acc[t];
-  }
+        const __m512 dw = FromPack::d(pb);
+        EMBER_UNROLL
+        for (int t = 0; t < M; ++t) {
+          acc[t] = block_terms<U, FromPack>(_mm512_load_si512(s + t * kLanes), dw, pb, sides[t], b,
+                                            acc[t]);
+        }
+      },
+      out);
   EMBER_UNROLL
-  for (int t = 0; t < M; ++t)
-    _mm512_storeu_ps(y + static_cast<size_t>(t) * ys, phase_sum(phase[t]));
+  for (int t = 0; t < M; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys, out[t]);
 }
 
 // Below this many tokens the avx512-vnni kernels run: a group's unpacking and a block's tile
