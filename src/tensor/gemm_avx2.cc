@@ -504,8 +504,12 @@ void unpack8(int64_t nb, const FromInterleaved8<U>& src, uint8_t* buf) {
 // 262144x640 at 8 tokens 35.7-42.1 vs 27.5-29.0 ms, 2048x640 at 8 tokens 235-255 vs 181-201
 // us; Q4_1 131072x576 at 8 tokens 9.4-9.9 vs 8.0-8.8 ms, 576x1536 at 8 tokens 114-116 vs 94-95
 // us, but 1536x576 at 64 tokens 692-717 vs 760-791 us; Q5_0 1024x640 at 64 tokens 493-550 vs
-// 612-643 us (its fifth bits cost four more operations per vector and block of tokens).
-constexpr int64_t kUnpack8Tokens = 16;
+// 612-643 us (its fifth bits cost four more operations per vector and block of tokens). From 16
+// to 63 tokens direct is still the faster (same host kind, a later draw, 2 paired rounds,
+// unpacked from 16 vs from 64, us): at 16 tokens Q8_0 640x2048 418-446 vs 351-357, Q4_1
+// 4096x4096 3395-3424 vs 2962-2995, 1536x576 172-173 vs 162-167; at 32 tokens Q8_0 640x2048
+// 776-782 vs 703-728, Q4_1 4096x4096 6219-6276 vs 5679-5868, 1536x576 332 vs 332-335.
+constexpr int64_t kUnpack8Tokens = 64;
 template <class U>
 void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a,
                                 size_t as, int64_t nt, float* y, size_t ys) {

@@ -85,7 +85,8 @@ TEST(Interleave, is_a_permutation_every_row_and_element_of_which_reads_back) {
 
 // Block counts with and without a partial group of 8 (the float order's phases), token counts
 // that take the single-token, pair and odd paths (and at avx512-amx the tile products' chunks
-// of 16, 8 and 4 tokens with a remainder of 3), 1 and 3 threads (one matrix large enough to
+// of 16, 8 and 4 tokens with a remainder of 3; at avx2 67 takes Q8_0's and the 4-bit types'
+// unpacked groups, which they use from 64 tokens), 1 and 3 threads (one matrix large enough to
 // be split into several tasks), both interleaves (a level
 // reading the other's layout de-interleaves).
 TEST(Interleave, a_matmul_over_it_is_the_plain_matrix_result_bit_for_bit_at_every_level) {
@@ -99,7 +100,7 @@ TEST(Interleave, a_matmul_over_it_is_the_plain_matrix_result_bit_for_bit_at_ever
           const int64_t rows = (nb == 19 ? 64 : 6) * lanes, cols = nb * block_elems(t);
           const Quantized q = make(t, rows, cols, lanes, static_cast<uint32_t>(nb));
           const Matrix plain = q.matrix(0), inter = q.matrix(lanes);
-          for (int64_t n_tokens : {1, 2, 3, 5, 17, 31}) {
+          for (int64_t n_tokens : {1, 2, 3, 5, 17, 31, 67}) {
             const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens), 2.0f);
             for (auto& pool : pools) {
               std::vector<float> want(static_cast<size_t>(rows * n_tokens)), got(want.size(), NAN);
