@@ -421,7 +421,8 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
       EMBER_UNROLL
       for (int t = 0; t < T; ++t) {
         __m256i st = s[t];
-        if constexpr (!P::kMin) st = _mm256_add_epi32(st, _mm256_set1_epi32(corr[t][b]));
+        // Q8_0's sign trick and the types with a min need no offset correction.
+        if constexpr (P::kOffset != 0) st = _mm256_add_epi32(st, _mm256_set1_epi32(corr[t][b]));
         const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(da[t][b]));
         acc[t][j] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(st), acc[t][j]);
         if constexpr (P::kMin) {
