@@ -1,6 +1,7 @@
 // Read-bandwidth probe (membw.h): each thread streams its own buffer with independent
 // accumulators (no loop-carried dependency longer than one add), starting together at a
-// barrier; the rate of a pass is total bytes over the slowest thread's time.
+// barrier; the rate of a pass is total bytes over the time from that common start to the last
+// thread's end.
 #include "tensor/membw.h"
 
 #include <immintrin.h>
@@ -82,39 +83,56 @@ struct Buffer {
 // Best rate over `passes` passes of `threads` threads reading their buffers at once.
 double run(int threads, size_t bytes, int passes) {
   std::vector<std::unique_ptr<Buffer>> bufs;
+  std::vector<const uint8_t*> ptrs;
   for (int t = 0; t < threads; ++t) {
     bufs.push_back(std::make_unique<Buffer>(bytes));
     if (bufs.back()->p == nullptr) return 0;
+    ptrs.push_back(bufs.back()->p);
   }
-  const ReadFn fn = read_fn();
+  return detail::read_together(ptrs, bytes, passes, read_fn(), nullptr);
+}
+
+}  // namespace
+
+namespace detail {
+
+double read_together(const std::vector<const uint8_t*>& bufs, size_t bytes, int passes,
+                     uint64_t (*read)(const uint8_t*, size_t), void (*held)(int thread)) {
+  using Clock = std::chrono::steady_clock;
+  const int threads = static_cast<int>(bufs.size());
   std::atomic<uint64_t> sink{0};
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
     std::atomic<int> ready{0};
     std::atomic<bool> go{false};
-    std::vector<double> secs(static_cast<size_t>(threads));
+    std::vector<Clock::time_point> end(static_cast<size_t>(threads));
     auto body = [&](int t) {
       ready.fetch_add(1);
       while (!go.load(std::memory_order_acquire)) {
       }
-      const auto t0 = std::chrono::steady_clock::now();
-      sink.fetch_add(fn(bufs[static_cast<size_t>(t)]->p, bytes), std::memory_order_relaxed);
-      secs[static_cast<size_t>(t)] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (held != nullptr) held(t);
+      sink.fetch_add(read(bufs[static_cast<size_t>(t)], bytes), std::memory_order_relaxed);
+      end[static_cast<size_t>(t)] = Clock::now();
     };
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
     while (ready.load() < threads - 1) std::this_thread::yield();
+    // One window for all: from the common start to the last thread's end. Timing each thread
+    // from its own start (as this probe once did) let a thread the hypervisor held back start
+    // after the other had finished, and two back-to-back single-thread reads then counted as
+    // twice the one-thread rate: the "bimodal" two-thread probe of earlier sessions.
+    const Clock::time_point start = Clock::now();
     go.store(true, std::memory_order_release);
     body(0);
     for (auto& th : pool) th.join();
-    const double slowest = *std::max_element(secs.begin(), secs.end());
-    if (slowest > 0) best = std::max(best, static_cast<double>(bytes) * threads / slowest / 1e9);
+    const double secs =
+        std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) - start).count();
+    if (secs > 0) best = std::max(best, static_cast<double>(bytes) * threads / secs / 1e9);
   }
   return best;
 }
 
-}  // namespace
+}  // namespace detail
 
 ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread, int passes) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

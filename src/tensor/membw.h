@@ -4,7 +4,9 @@
 // than the caches, a few passes, the best pass kept. Used by `ember bench`; not by inference.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ember::tensor {
 
@@ -18,5 +20,14 @@ struct ReadBandwidth {
 // threads <= 0: all cores. bytes_per_thread: buffer each thread reads (rounded to 4 KiB).
 ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread = 256 << 20,
                                      int passes = 5);
+
+namespace detail {
+// The timed core, with the read loop given (tests): one thread per buffer, started together;
+// the best pass's rate, total bytes over the time from the common start to the last thread's
+// end, in GB/s. `held` (tests; nullptr in use) runs in each thread between the start and its
+// read: a thread the host holds back there still counts its delay.
+double read_together(const std::vector<const uint8_t*>& bufs, size_t bytes, int passes,
+                     uint64_t (*read)(const uint8_t*, size_t), void (*held)(int thread));
+}  // namespace detail
 
 }  // namespace ember::tensor
