@@ -28,6 +28,8 @@ namespace {
 // more in wake-up and cache traffic than it saves (a 640x256 Q8_0 decode matmul is ~174 KB, a
 // few microseconds).
 constexpr int64_t kMinChunkBytes = 64 << 10;
+// Up to this many tokens a product is split into one range per thread (matmul below).
+constexpr int64_t kContiguousTokens = 16;
 
 enum class Mode { kDot, kPacked, kRows, kTiles, kInterleaved, kDeinterleave };
 
@@ -216,12 +218,18 @@ void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, T
     act_of[i] = acts[k].bytes.data();
   }
 
-  // Every product's units in tasks of max(min_units, units / (4 x threads)) (a few tasks per
-  // thread lets fast threads take up the slack of slow ones), all handed to the pool at once.
+  // Every product's units in tasks of max(min_units, units / (k x threads)), all handed to the
+  // pool at once. Prefill (k = 4): a few tasks per thread let fast threads take up the slack of
+  // slow ones. Decode, up to kContiguousTokens tokens (k = 1): one contiguous range per thread,
+  // a longer stream for the prefetchers and the activation side computed once per thread, not
+  // per task; a late thread still costs nothing, as the caller claims its range too. 5-10%
+  // more batch-1 decode and 2-7% more at 8 and 16 streams on the Zen 5 host (BENCHMARKS.md,
+  // tenth session).
   std::array<Product, kMaxMatmulOuts> products;
   thread_local std::vector<Task> tasks;
   tasks.clear();
-  const int64_t per_thread = 4 * static_cast<int64_t>(pool.size());
+  const int64_t per_thread =
+      (n_tokens <= kContiguousTokens ? 1 : 4) * static_cast<int64_t>(pool.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
     const Product& p = products[i];
