@@ -152,9 +152,9 @@ void act_side(int64_t nb, const uint8_t* a, ActSide* side) {
 // ---- one row against one token (decode, few-token tiles, vec_dot) ----
 // Rows are read one after another as one sequential stream (see IsaAvx2::decode_rows); the
 // software prefetch runs kPrefetchBytes ahead (rows are contiguous).
-// 8 KiB: on the Zen 5 host 4 KiB left 8-stream decode 13-14% slower (both models, avx512) and
-// batch 1 0-6%; on the Intel host the avx2 one-token kernels timed the same at 4, 8 and 16 KiB
-// (kernels_bench; BENCHMARKS.md, ninth and tenth sessions).
+// 8 KiB: on the Zen 5 host 8-stream decode ran 13-14% faster than at 4 KiB (both models,
+// avx512) and batch 1 0-6%; on the Intel host the avx2 one-token kernels timed the same at 4, 8 and
+// 16 KiB (kernels_bench; BENCHMARKS.md, ninth and tenth sessions).
 constexpr size_t kPrefetchBytes = 8192;
 
 // The first 32 bits (d, or d and m) of 8 consecutive blocks, one vector: scalar loads and

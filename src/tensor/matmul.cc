@@ -222,9 +222,9 @@ void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, T
   // pool at once. Prefill (k = 4): a few tasks per thread let fast threads take up the slack of
   // slow ones. Decode, up to kContiguousTokens tokens (k = 1): one contiguous range per thread,
   // a longer stream for the prefetchers and the activation side computed once per thread, not
-  // per task; a late thread still costs nothing, as the caller claims its range too. Up to 10%
-  // more batch-1 decode and 2-7% more at 8 and 16 streams on the Zen 5 host (BENCHMARKS.md,
-  // tenth session).
+  // per task; nothing waits on a thread that has not started, as the caller claims its range
+  // too. Up to 10% more batch-1 decode and 1-7% more at 8 and 16 streams on the Zen 5 host
+  // (BENCHMARKS.md, tenth session).
   std::array<Product, kMaxMatmulOuts> products;
   thread_local std::vector<Task> tasks;
   tasks.clear();
