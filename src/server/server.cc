@@ -182,6 +182,29 @@ asio::awaitable<void> Server::Impl::drain_loop() {
       log::warn("ember: drain deadline passed: cancelled {} request(s)", n);
     }
     if (step.done) {
+      // Nothing is in flight, but connections taken during the drain may still be reading
+      // their request or writing its 503: stop taking new ones first (what the kernel queued
+      // is taken now, not reset by the close), then let those answers go out, for at most
+      // kSessionsGrace. Finishing with them open cut them off: behind nginx a POST on such a
+      // connection was a 502 it does not retry (tests/integration/test_rolling_restart.py).
+      if (sessions_deadline == Clock::time_point{}) {
+        sessions_deadline = Clock::now() + kSessionsGrace;
+        if (acceptor && acceptor->is_open()) {
+          boost::system::error_code ec;
+          acceptor->non_blocking(true, ec);
+          for (;;) {
+            tcp::socket sock(asio::make_strand(*ioc));
+            if (acceptor->accept(sock, ec); ec) break;
+            adopt(std::move(sock));
+          }
+          acceptor->close(ec);
+        }
+      }
+      if (live_sessions() > 0 && Clock::now() < sessions_deadline) {
+        timer.expires_after(std::chrono::milliseconds(5));
+        co_await timer.async_wait(asio::use_awaitable);
+        continue;
+      }
       log::info("ember: drain complete");
       finish(0);
       co_return;
@@ -191,23 +214,35 @@ asio::awaitable<void> Server::Impl::drain_loop() {
   }
 }
 
+size_t Server::Impl::live_sessions() {
+  std::lock_guard lock(reg_mu);
+  size_t n = 0;
+  for (auto& [id, w] : conns) n += w.expired() ? 0 : 1;
+  return n;
+}
+
+void Server::Impl::adopt(tcp::socket sock) {
+  boost::system::error_code ec;
+  sock.set_option(tcp::no_delay(true), ec);
+  if (is_draining) ++handover_accepts;
+  auto c = std::make_shared<Conn>(std::move(sock));
+  uint64_t id;
+  {
+    std::lock_guard lock(reg_mu);
+    id = next_conn++;
+    conns[id] = c;
+  }
+  auto ex = c->stream.get_executor();
+  asio::co_spawn(ex, run_session(*this, std::move(c), id), asio::detached);
+}
+
 asio::awaitable<void> Server::Impl::accept_loop() {
   for (;;) {
     auto [ec, sock] = co_await acceptor->async_accept(asio::make_strand(*ioc),
                                                       asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
     if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
-    sock.set_option(tcp::no_delay(true));
-    if (is_draining) ++handover_accepts;
-    auto c = std::make_shared<Conn>(std::move(sock));
-    uint64_t id;
-    {
-      std::lock_guard lock(reg_mu);
-      id = next_conn++;
-      conns[id] = c;
-    }
-    auto ex = c->stream.get_executor();
-    asio::co_spawn(ex, run_session(*this, std::move(c), id), asio::detached);
+    adopt(std::move(sock));
   }
 }
 

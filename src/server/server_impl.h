@@ -95,6 +95,12 @@ struct Server::Impl {
   Status open_listener();  // control strand (or before start): listen(2), then accept
   void hand_over();        // control strand: steer new connections away, close after handover
   asio::awaitable<void> drain_loop();
+  // A connection taken from the listener: registered in `conns`, its session spawned.
+  void adopt(tcp::socket sock);
+  size_t live_sessions();  // registered connections whose session still runs
+  // After the last request of a drain, how long answers still being written may take.
+  static constexpr std::chrono::milliseconds kSessionsGrace{2000};
+  std::chrono::steady_clock::time_point sessions_deadline{};
   bool engine_healthy();  // liveness by progress
   // Accepting completions: loaded, not draining, and the engine (worker) is up.
   bool serving_ready() {
