@@ -187,23 +187,20 @@ asio::awaitable<void> Server::Impl::drain_loop() {
       // is taken now, not reset by the close), then let those answers go out, for at most
       // kSessionsGrace. Finishing with them open cut them off: behind nginx a POST on such a
       // connection was a 502 it does not retry (tests/integration/test_rolling_restart.py).
-      if (sessions_deadline == Clock::time_point{}) {
-        sessions_deadline = Clock::now() + kSessionsGrace;
-        if (acceptor && acceptor->is_open()) {
-          boost::system::error_code ec;
-          acceptor->non_blocking(true, ec);
-          for (;;) {
-            tcp::socket sock(asio::make_strand(*ioc));
-            if (acceptor->accept(sock, ec); ec) break;
-            adopt(std::move(sock));
-          }
-          acceptor->close(ec);
+      const auto sessions_deadline = Clock::now() + kSessionsGrace;
+      if (acceptor && acceptor->is_open()) {
+        boost::system::error_code ec;
+        acceptor->non_blocking(true, ec);
+        for (;;) {
+          tcp::socket sock(asio::make_strand(*ioc));
+          if (acceptor->accept(sock, ec); ec) break;
+          adopt(std::move(sock));
         }
+        acceptor->close(ec);
       }
-      if (live_sessions() > 0 && Clock::now() < sessions_deadline) {
+      while (live_sessions() > 0 && Clock::now() < sessions_deadline) {
         timer.expires_after(std::chrono::milliseconds(5));
         co_await timer.async_wait(asio::use_awaitable);
-        continue;
       }
       log::info("ember: drain complete");
       finish(0);

@@ -100,7 +100,6 @@ struct Server::Impl {
   size_t live_sessions();  // registered connections whose session still runs
   // After the last request of a drain, how long answers still being written may take.
   static constexpr std::chrono::milliseconds kSessionsGrace{2000};
-  std::chrono::steady_clock::time_point sessions_deadline{};
   bool engine_healthy();  // liveness by progress
   // Accepting completions: loaded, not draining, and the engine (worker) is up.
   bool serving_ready() {
