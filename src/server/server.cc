@@ -198,6 +198,11 @@ asio::awaitable<void> Server::Impl::drain_loop() {
         }
         acceptor->close(ec);
       }
+      if (const size_t open = live_sessions(); open > 0) {
+        log::info(
+            "ember: drain: {} connection(s) still open: waiting up to {} ms for their answers",
+            open, kSessionsGrace.count());
+      }
       while (live_sessions() > 0 && Clock::now() < sessions_deadline) {
         timer.expires_after(std::chrono::milliseconds(5));
         co_await timer.async_wait(asio::use_awaitable);
