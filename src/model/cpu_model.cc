@@ -385,23 +385,6 @@ void CpuBackend::rope_tables() {
   if (cfg_.sliding_window > 0) fill(cfg_.rope_base_local, 1.f, cos_l_.data(), sin_l_.data());
 }
 
-// One-token steps only (batch-1 decode, bound by reading the weights): the weights of the matmul
-// after the one about to run, for the pool to start fetching at that one's end, while the engine
-// thread does the serial work between them (tensor::ThreadPool::prefetch_next). Interleaved
-// `ember bench` rounds on the Zen 5 host, 2 threads: batch 1 +2-3% (30 of 44 paired rounds
-// faster over both models); at 8 streams it was 7% slower, so steps of more tokens go without
-// (BENCHMARKS.md, eleventh session).
-void CpuBackend::hint_next(std::initializer_list<const tensor::Matrix*> ms) {
-  if (n_tok_ != 1) return;
-  tensor::ThreadPool::Span spans[tensor::ThreadPool::kMaxPrefetch];
-  int n = 0;
-  for (const tensor::Matrix* m : ms) {
-    if (n == tensor::ThreadPool::kMaxPrefetch) break;
-    spans[n++] = {m->data, tensor::row_bytes(m->type, m->cols) * static_cast<size_t>(m->rows)};
-  }
-  pool_.prefetch_next(spans, n);
-}
-
 // Element-wise work runs across the pool too, by tokens: at prefill sizes it is a tenth of a
 // step when run serially. kRowsPerChunk keeps small (decode) steps on the caller.
 void CpuBackend::layer(int32_t il) {
@@ -418,7 +401,6 @@ void CpuBackend::layer(int32_t il) {
 
   per_token([&](int64_t t) { ops::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps); });
   const tensor::MatmulOut qkv[] = {{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}};
-  hint_next({&l.wo});
   tensor::matmul(qkv, xn_.data(), T, pool_);
 
   const bool local = cfg_.is_sliding(il);
@@ -445,7 +427,6 @@ void CpuBackend::layer(int32_t il) {
   });
 
   attention(il);
-  hint_next({&l.w_gate, &l.w_up});
   tensor::matmul(l.wo, attn_.data(), T, o_.data(), pool_);
   per_token([&](int64_t t) {
     float* o = &o_[t * E];
@@ -456,19 +437,12 @@ void CpuBackend::layer(int32_t il) {
   });
 
   const tensor::MatmulOut gate_up[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
-  hint_next({&l.w_down});
   tensor::matmul(gate_up, xn_.data(), T, pool_);
   const int64_t F = cfg_.n_ff;
   if (cfg_.arch == Arch::Gemma3) {
     per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });
   } else {
     per_token([&](int64_t t) { tensor::silu_mul(&gate_[t * F], &up_[t * F], F); });
-  }
-  if (il + 1 < static_cast<int32_t>(w_.layers.size())) {
-    const LayerWeights& n = w_.layers[il + 1];
-    hint_next({&n.wq, &n.wk, &n.wv});
-  } else {
-    hint_next({&w_.output});
   }
   tensor::matmul(l.w_down, gate_.data(), T, o_.data(), pool_);
   per_token([&](int64_t t) {
@@ -653,8 +627,6 @@ void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> log
     ++n_out;
   }
   if (n_out == 0) return;
-  const LayerWeights& first = w_.layers.front();  // the next step's first matmul
-  hint_next({&first.wq, &first.wk, &first.wv});
   tensor::matmul(w_.output, xo_.data(), static_cast<int64_t>(n_out), logits.data(), pool_);
   if (cfg_.final_logit_softcap > 0.f) {
     const float c = cfg_.final_logit_softcap;

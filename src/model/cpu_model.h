@@ -5,7 +5,6 @@
 #pragma once
 
 #include <atomic>
-#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -172,7 +171,6 @@ class CpuBackend final : public Backend {
   void prepare(std::span<const ForwardItem> items);
   void rope_tables();
   void layer(int32_t il);
-  void hint_next(std::initializer_list<const tensor::Matrix*> ms);
   void store_kv(std::byte* dst, const float* src) const;  // one head's row, in the KV type
   void attention(int32_t il);
   template <typename T>

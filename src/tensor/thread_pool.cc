@@ -37,11 +37,6 @@ inline void spin_wait(int i) {
 
 constexpr int kSpinIters = 2048;  // then sleep on the condition variable
 
-// Prefetches [p, p + bytes) into L2 (prefetcht1 on x86), one request per 64-byte line.
-inline void prefetch_lines(const char* p, size_t bytes) {
-  for (size_t l = 0; l < bytes; l += 64) __builtin_prefetch(p + l, 0, 2);
-}
-
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -64,14 +59,6 @@ struct ThreadPool::Impl {
   // bits 63..32: generation (low 32 bits), 31..16: chunk count, 15..0: next chunk to hand out.
   std::atomic<uint64_t> claim{0};
   std::atomic<int64_t> done{0};  // chunks finished in the current job
-
-  // The prefetch hint (ThreadPool::prefetch_next), published through hint_seq as a seqlock
-  // (odd while being written; a reader that sees it change discards what it read).
-  std::atomic<uint64_t> hint_seq{0};
-  std::atomic<const void*> hint_data[kMaxPrefetch] = {};
-  std::atomic<size_t> hint_bytes[kMaxPrefetch] = {};
-  std::atomic<int> hint_n{0};
-  std::atomic<int64_t> hint_prefetched{0};  // bytes the workers prefetched from hints
 
   static uint64_t pack(uint64_t gen, uint64_t total, uint64_t next) {
     return (gen << 32) | (total << 16) | next;
@@ -96,38 +83,6 @@ struct ThreadPool::Impl {
     }
   }
 
-  // A worker's part of the hint (ThreadPool::prefetch_next): each span's second half, at most
-  // kWorkerHintBytes in all, 512 bytes at a time, stopping as soon as a job newer than `seen`
-  // is published. Returns the generation last read.
-  uint64_t prefetch_hint(uint64_t seen, uint64_t* hint_done) {
-    uint64_t g = generation.load(std::memory_order_acquire);
-    const uint64_t v = hint_seq.load(std::memory_order_acquire);
-    if (v == *hint_done || (v & 1) != 0) return g;
-    Span spans[kMaxPrefetch];
-    const int n = hint_n.load(std::memory_order_relaxed);
-    for (int i = 0; i < n; ++i) {
-      spans[i] = {hint_data[i].load(std::memory_order_relaxed),
-                  hint_bytes[i].load(std::memory_order_relaxed)};
-    }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (hint_seq.load(std::memory_order_relaxed) != v) return g;
-    *hint_done = v;
-    size_t budget = kWorkerHintBytes;
-    for (int i = 0; i < n && budget > 0; ++i) {
-      const auto* p = static_cast<const char*>(spans[i].data) + spans[i].bytes / 2;
-      const size_t len = std::min(budget, spans[i].bytes - spans[i].bytes / 2);
-      budget -= len;
-      for (size_t off = 0; off < len; off += 512) {
-        const size_t end = std::min(len, off + 512);
-        prefetch_lines(p + off, end - off);
-        hint_prefetched.fetch_add(static_cast<int64_t>(end - off), std::memory_order_relaxed);
-        g = generation.load(std::memory_order_acquire);
-        if (g != seen) return g;
-      }
-    }
-    return generation.load(std::memory_order_acquire);
-  }
-
   // The caller's wait for chunks that other threads claimed.
   void wait_done(int64_t total) {
     for (int i = 0; i < kSpinIters; ++i) {
@@ -140,10 +95,8 @@ struct ThreadPool::Impl {
 
   void worker() {
     uint64_t seen = 0;
-    uint64_t hint_done = 0;  // the hint version this thread has prefetched
     for (;;) {
       uint64_t g = generation.load(std::memory_order_acquire);
-      if (g == seen) g = prefetch_hint(seen, &hint_done);
       for (int i = 0; g == seen && i < kSpinIters && !stop.load(std::memory_order_relaxed); ++i) {
         spin_wait(i);
         g = generation.load(std::memory_order_acquire);
@@ -194,25 +147,6 @@ void ThreadPool::set_timing(bool on) {
   last_end_ns_ = -1;
 }
 
-void ThreadPool::prefetch_next(const Span* spans, int n) {
-  if (!impl_) return;
-  Impl& p = *impl_;
-  n = std::min(n, kMaxPrefetch);
-  const uint64_t v = p.hint_seq.load(std::memory_order_relaxed);
-  p.hint_seq.store(v + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  for (int i = 0; i < n; ++i) {
-    p.hint_data[i].store(spans[i].data, std::memory_order_relaxed);
-    p.hint_bytes[i].store(spans[i].bytes, std::memory_order_relaxed);
-  }
-  p.hint_n.store(n, std::memory_order_relaxed);
-  p.hint_seq.store(v + 2, std::memory_order_release);
-}
-
-int64_t ThreadPool::hint_bytes_prefetched() const {
-  return impl_ ? impl_->hint_prefetched.load(std::memory_order_relaxed) : 0;
-}
-
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_for(n, 1, fn);
 }
@@ -249,17 +183,6 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
   const int64_t ran = p.run_chunks(gen);
   const int64_t t1 = timing_on_ ? now_ns() : 0;
   if (p.done.fetch_add(ran, std::memory_order_acq_rel) + ran != total) p.wait_done(total);
-  // The caller's part of a new hint, before the serial work that follows this job: the first
-  // lines of each span, where the next job's first chunk (usually its own) begins.
-  if (const uint64_t v = p.hint_seq.load(std::memory_order_relaxed); v != caller_hint_done_) {
-    caller_hint_done_ = v;
-    const int hn = p.hint_n.load(std::memory_order_relaxed);
-    for (int i = 0; i < hn; ++i) {
-      prefetch_lines(
-          static_cast<const char*>(p.hint_data[i].load(std::memory_order_relaxed)),
-          std::min(kCallerHintBytes, p.hint_bytes[i].load(std::memory_order_relaxed) / 2));
-    }
-  }
   if (timing_on_) {
     const int64_t t2 = now_ns();
     ++timing_.jobs;

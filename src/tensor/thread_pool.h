@@ -5,7 +5,6 @@
 // Not re-entrant: one parallel_for at a time per pool (the engine thread owns its pool).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -29,25 +28,6 @@ class ThreadPool {
   // by one.
   void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Memory the next parallel_for after the current one will read (a decode step's next weight
-  // matrices), so that its first lines are in cache when it starts rather than fetched at a
-  // stream's start: when a job ends, the caller prefetches the first kCallerHintBytes of each
-  // span (its likely share: it claims the first chunk of a job) before its serial work, and
-  // a worker that has finished its chunks prefetches each span's second half (its likely
-  // share), up to kWorkerHintBytes in all, while it waits for the next job, stopping as soon
-  // as one is published. A worker asleep (an idle pool) prefetches nothing. Replaces the
-  // previous hint; at most kMaxPrefetch spans. Caller's thread only. Timing only: results are
-  // the same with or without.
-  struct Span {
-    const void* data = nullptr;
-    size_t bytes = 0;
-  };
-  static constexpr int kMaxPrefetch = 3;
-  static constexpr size_t kCallerHintBytes = 8 << 10, kWorkerHintBytes = 512 << 10;
-  void prefetch_next(const Span* spans, int n);
-  // Bytes the workers have prefetched from hints so far (for tests).
-  int64_t hint_bytes_prefetched() const;
-
   // Where the caller's time goes, for benchmarks (`ember bench --pool-timing`): per hand-off,
   // the caller running chunks (from publishing the job until none is left to claim), then
   // waiting for chunks other threads claimed, and the time between one hand-off's end and the
@@ -70,8 +50,7 @@ class ThreadPool {
   int64_t jobs_ = 0;  // written by the (single) caller only
   bool timing_on_ = false;
   Timing timing_;
-  int64_t last_end_ns_ = -1;       // when the last timed hand-off returned; -1: none yet
-  uint64_t caller_hint_done_ = 0;  // the hint version the caller has prefetched
+  int64_t last_end_ns_ = -1;  // when the last timed hand-off returned; -1: none yet
 };
 
 }  // namespace ember::tensor

@@ -156,36 +156,5 @@ TEST(ThreadPool, timing_splits_the_callers_time_into_running_waiting_and_serial)
   EXPECT_EQ(pool.timing().serial_ns, 0);
 }
 
-// The hint reaches an idle worker after the next job: it prefetches each span's second half
-// (its likely share of the next job), within kWorkerHintBytes, and only once per hint.
-TEST(ThreadPool, an_idle_worker_prefetches_the_second_half_of_each_hinted_span_once) {
-  ThreadPool pool(2);
-  std::vector<char> a(256 << 10), b(2 << 20);
-  const ThreadPool::Span spans[] = {{a.data(), a.size()}, {b.data(), b.size()}};
-  pool.prefetch_next(spans, 2);
-  auto one_job = [&] { pool.parallel_for(8, [](int64_t, int64_t) {}); };
-  one_job();  // the worker wakes for it, then takes the hint while it waits for the next
-  // a's half (128 KiB), then what the budget leaves of b's half (1 MiB).
-  const auto want = static_cast<int64_t>(ThreadPool::kWorkerHintBytes);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (pool.hint_bytes_prefetched() < want && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  EXPECT_EQ(pool.hint_bytes_prefetched(), want);
-  one_job();  // the same hint again: nothing more
-  one_job();
-  EXPECT_EQ(pool.hint_bytes_prefetched(), want);
-
-  const ThreadPool::Span small[] = {{a.data(), 4096}};
-  pool.prefetch_next(small, 1);
-  one_job();
-  const auto deadline2 = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (pool.hint_bytes_prefetched() < want + 2048 &&
-         std::chrono::steady_clock::now() < deadline2) {
-    std::this_thread::yield();
-  }
-  EXPECT_EQ(pool.hint_bytes_prefetched(), want + 2048);
-}
-
 }  // namespace
 }  // namespace ember::tensor
