@@ -69,6 +69,7 @@ struct Server::Impl {
   std::atomic<bool> cut_off{false};
   std::atomic<bool> listening{false};    // listen(2) done (at once, or at ready with reuse_port)
   std::atomic<bool> handed_over{false};  // reuse_port: the listener closed after the handover
+  bool accepting = false;                // accept_loop is running (control strand only)
   std::atomic<int> handover_accepts{0};  // connections taken while handing the port over
   std::atomic<int> in_flight{0};
   std::atomic<int> drain_in_flight{0};  // requests in flight when the drain began
