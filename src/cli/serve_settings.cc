@@ -87,6 +87,10 @@ const settings::Table<ServeSettings>& serve_settings_table() {
     t.add("--restart-backoff", &S::restart_backoff_s, "EMBER_RESTART_BACKOFF",
           "seconds before the first restart of a dead engine worker (doubles, up to 10 s)")
         .range(0.001, 60);
+    t.add("--test-accept-delay", &S::test_accept_delay_s, "",
+          "test only: seconds between taking a connection and registering it")
+        .range(0, 10)
+        .hide();
     t.add("--test-worker-flag", &S::test_worker_flags, "",
           "test only: extra flags for `ember engine` (--test-ignore-eof, --test-ignore-term)")
         .hide();

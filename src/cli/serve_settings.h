@@ -42,6 +42,7 @@ struct ServeSettings {
   double restart_backoff_s = 0.25;
   int64_t successor_of = 0;  // `ember restart`: the pid whose pid file this server takes over
   std::vector<std::string> test_worker_flags;  // test only: extra `ember engine` flags
+  double test_accept_delay_s = 0;              // test only: ServerOptions::test_accept_delay
 };
 
 const settings::Table<ServeSettings>& serve_settings_table();

@@ -56,6 +56,10 @@ struct ServerOptions {
   // served during `handover`, then the listener closes.
   bool reuse_port = false;
   std::chrono::milliseconds handover{1'000};
+  // Test only (`--test-accept-delay`): the accept loop waits this long between taking a
+  // connection and registering it, logging "test: accepted a connection", so that a test can
+  // drain the server while an accepted connection is not yet registered.
+  std::chrono::milliseconds test_accept_delay{0};
 };
 
 struct ServedModel {

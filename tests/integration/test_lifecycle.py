@@ -210,6 +210,33 @@ def test_drain_end_answers_a_connection_still_sending_its_request(start_server, 
     assert any("drain complete" in l for l in s.lines)
 
 
+def test_drain_end_registers_a_connection_accepted_just_before_it(start_server, models):
+    """A connection the accept loop has taken but not yet registered when the drain ends (in
+    production: its accept's completion queued behind the drain on the control strand; here
+    held by --test-accept-delay) is still answered, not dropped with the closed listener."""
+    s = start_server(models["small"], "--test-accept-delay", "1")
+    s.wait_ready()  # /ready's own connection is registered a second later; wait that out
+    wait_for(lambda: sum("test: accepted a connection" in l for l in s.lines) >= 1,
+             what="the readiness probe's connection taken")
+    seen = sum("test: accepted a connection" in l for l in s.lines)
+    sock = connect(s.port, timeout=20)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    wait_for(lambda: sum("test: accepted a connection" in l for l in s.lines) > seen,
+             what="the connection taken and held")
+    s.signal(signal.SIGTERM)
+    wait_for(lambda: any("connection(s) still open" in l for l in s.lines),
+             what="the drain end waiting for the held connection")
+    body = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hi"}]})
+    sock.sendall(f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                 f"Connection: close\r\n\r\n{body}".encode())
+    raw = read_all(sock)
+    assert raw, "the connection was closed without an answer"
+    status, _, payload = parse_response(raw)
+    assert status == 503
+    assert json.loads(payload)["error"]["code"] == "shutting_down"
+    assert s.wait_exit(30) == 0
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_second_signal_exits_at_once(start_server, models, sig, code):
     s = start_server(models["big"], "--drain-timeout", "60")
