@@ -249,16 +249,17 @@ asio::awaitable<void> Server::Impl::accept_loop() {
   for (;;) {
     auto [ec, sock] = co_await acceptor->async_accept(asio::make_strand(*ioc),
                                                       asio::as_tuple(asio::use_awaitable));
+    if (!ec && opts.test_accept_delay.count() > 0) {
+      boost::system::error_code pec;
+      log::info("ember: test: accepted a connection from port {}; registering it in {} ms",
+                sock.remote_endpoint(pec).port(), opts.test_accept_delay.count());
+      asio::steady_timer hold(*control, opts.test_accept_delay);
+      co_await hold.async_wait(asio::use_awaitable);
+    }
     // A connection taken before the listener closed is ours even if it closed since: the
     // reactor accepts on an IO thread, and the completion then waits for the control strand,
     // where the drain end (or the handover) may close the listener first. Dropping it reset a
     // client that was already connected (seen under TSan in test_lifecycle.py).
-    if (!ec && opts.test_accept_delay.count() > 0) {
-      log::info("ember: test: accepted a connection; registering it in {} ms",
-                opts.test_accept_delay.count());
-      asio::steady_timer hold(*control, opts.test_accept_delay);
-      co_await hold.async_wait(asio::use_awaitable);
-    }
     if (!ec) adopt(std::move(sock));
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) {
       accepting = false;

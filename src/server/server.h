@@ -57,8 +57,8 @@ struct ServerOptions {
   bool reuse_port = false;
   std::chrono::milliseconds handover{1'000};
   // Test only (`--test-accept-delay`): the accept loop waits this long between taking a
-  // connection and registering it, logging "test: accepted a connection", so that a test can
-  // drain the server while an accepted connection is not yet registered.
+  // connection and registering it, logging "test: accepted a connection from port P", so that a
+  // test can drain the server while an accepted connection is not yet registered.
   std::chrono::milliseconds test_accept_delay{0};
 };
 
