@@ -14,6 +14,7 @@
 #include "tensor/activation.h"
 #include "tensor/attention.h"
 #include "tensor/matmul.h"
+#include "tensor/norm.h"
 #include "tensor/quant.h"
 
 namespace ember::model {
@@ -399,7 +400,7 @@ void CpuBackend::layer(int32_t il) {
     });
   };
 
-  per_token([&](int64_t t) { ops::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps); });
+  per_token([&](int64_t t) { tensor::rms_norm(&x_[t * E], l.attn_norm, &xn_[t * E], E, eps); });
   const tensor::MatmulOut qkv[] = {{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}};
   tensor::matmul(qkv, xn_.data(), T, pool_);
 
@@ -409,12 +410,12 @@ void CpuBackend::layer(int32_t il) {
   per_token([&](int64_t t) {
     for (int32_t h = 0; h < cfg_.n_head; ++h) {
       float* q = &q_[t * q_dim_ + h * hd];
-      if (l.q_norm) ops::rms_norm(q, l.q_norm, q, hd, eps);
+      if (l.q_norm) tensor::rms_norm(q, l.q_norm, q, hd, eps);
       ops::rope_head(q, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
     }
     for (int32_t h = 0; h < cfg_.n_head_kv; ++h) {
       float* k = &k_[t * kv_dim_ + h * hd];
-      if (l.k_norm) ops::rms_norm(k, l.k_norm, k, hd, eps);
+      if (l.k_norm) tensor::rms_norm(k, l.k_norm, k, hd, eps);
       ops::rope_head(k, cs + t * half, sn + t * half, cfg_.rope_dim, cfg_.rope_neox);
     }
     CpuSequence* seq = seqs_[tok_item_[t]];  // each token writes its own cache position
@@ -430,24 +431,32 @@ void CpuBackend::layer(int32_t il) {
   tensor::matmul(l.wo, attn_.data(), T, o_.data(), pool_);
   per_token([&](int64_t t) {
     float* o = &o_[t * E];
-    if (l.post_attn_norm) ops::rms_norm(o, l.post_attn_norm, o, E, eps);
+    if (l.post_attn_norm) tensor::rms_norm(o, l.post_attn_norm, o, E, eps);
     float* x = &x_[t * E];
     for (int32_t e = 0; e < E; ++e) x[e] += o[e];
-    ops::rms_norm(x, l.ffn_norm, &xn_[t * E], E, eps);
+    tensor::rms_norm(x, l.ffn_norm, &xn_[t * E], E, eps);
   });
 
+  // The activation runs on each range of rows as soon as its gate and up are computed, on the
+  // thread that computed them (tensor::matmul's rows function).
   const tensor::MatmulOut gate_up[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
-  tensor::matmul(gate_up, xn_.data(), T, pool_);
   const int64_t F = cfg_.n_ff;
-  if (cfg_.arch == Arch::Gemma3) {
-    per_token([&](int64_t t) { tensor::gelu_mul(&gate_[t * F], &up_[t * F], F); });
-  } else {
-    per_token([&](int64_t t) { tensor::silu_mul(&gate_[t * F], &up_[t * F], F); });
-  }
+  const bool gelu = cfg_.arch == Arch::Gemma3;
+  tensor::matmul(gate_up, xn_.data(), T, pool_, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* g = &gate_[t * F + r0];
+      const float* u = &up_[t * F + r0];
+      if (gelu) {
+        tensor::gelu_mul(g, u, r1 - r0);
+      } else {
+        tensor::silu_mul(g, u, r1 - r0);
+      }
+    }
+  });
   tensor::matmul(l.w_down, gate_.data(), T, o_.data(), pool_);
   per_token([&](int64_t t) {
     float* o = &o_[t * E];
-    if (l.post_ffn_norm) ops::rms_norm(o, l.post_ffn_norm, o, E, eps);
+    if (l.post_ffn_norm) tensor::rms_norm(o, l.post_ffn_norm, o, E, eps);
     float* x = &x_[t * E];
     for (int32_t e = 0; e < E; ++e) x[e] += o[e];
   });
@@ -623,7 +632,7 @@ void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> log
   for (const auto& it : items) {
     row += static_cast<int64_t>(it.tokens.size());
     if (!it.want_logits) continue;
-    ops::rms_norm(&x_[(row - 1) * E], w_.output_norm, &xo_[n_out * E], E, cfg_.norm_eps);
+    tensor::rms_norm(&x_[(row - 1) * E], w_.output_norm, &xo_[n_out * E], E, cfg_.norm_eps);
     ++n_out;
   }
   if (n_out == 0) return;

@@ -1,20 +1,12 @@
-// Element-wise pieces of the forward pass (norms, rotary embeddings). Plain loops the compiler
-// vectorizes; the matmuls, not these, dominate a step. The GELU, SiLU and attention kernels live
-// in tensor/ (activation.h, attention.h) with the other SIMD kernels.
+// Element-wise pieces of the forward pass (rotary embeddings). Plain loops the compiler
+// vectorizes; the matmuls, not these, dominate a step. The norm, GELU, SiLU and attention
+// kernels live in tensor/ (norm.h, activation.h, attention.h) with the other SIMD kernels.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 namespace ember::model::ops {
-
-// out[i] = x[i] / rms(x) * w[i]; out may alias x. The sum runs in double, as ggml's does.
-inline void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-  const float scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
-}
 
 // Rotates one head in place. cs/sn: [rope_dim / 2] cos and sin of each pair's angle.
 // neox: pairs are (i, i + rope_dim/2); otherwise (2i, 2i+1). Dimensions past rope_dim stay.

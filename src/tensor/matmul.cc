@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <vector>
 
 #include "base/result.h"
@@ -175,13 +176,21 @@ void run(const Product& p, int64_t u0, int64_t u1) {
 }
 
 struct Task {
-  int32_t product;
+  int32_t product;  // -1: every product, then the rows function (matmul_then)
   int64_t u0, u1;
 };
 
-}  // namespace
+// The products' units run together, and then(r0, r1) on each task's rows (see matmul.h), when
+// every product cuts its rows into the same units.
+bool same_units(std::span<const Product> ps) {
+  for (const Product& p : ps) {
+    if (p.units != ps[0].units || p.unit_rows != ps[0].unit_rows) return false;
+  }
+  return true;
+}
 
-void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, ThreadPool& pool) {
+void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool, const RowsFn* then) {
   EMBER_ASSERT(!outs.empty() && outs.size() <= kMaxMatmulOuts && n_tokens >= 1);
   const int64_t cols = outs[0].w->cols;
 
@@ -226,25 +235,58 @@ void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, T
   // too. Up to 10% more batch-1 decode and 1-7% more at 8 and 16 streams on the Zen 5 host
   // (BENCHMARKS.md, tenth session).
   std::array<Product, kMaxMatmulOuts> products;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
+  }
+  const std::span<const Product> ps(products.data(), outs.size());
+  for (const Product& p : ps) EMBER_ASSERT(then == nullptr || p.w->rows == ps[0].w->rows);
+  const bool together = then != nullptr && same_units(ps);
   thread_local std::vector<Task> tasks;
   tasks.clear();
   const int64_t per_thread =
       (n_tokens <= kContiguousTokens ? 1 : 4) * static_cast<int64_t>(pool.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
-    products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
-    const Product& p = products[i];
-    const int64_t chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
-    for (int64_t u = 0; u < p.units; u += chunk) {
-      tasks.push_back({static_cast<int32_t>(i), u, std::min(p.units, u + chunk)});
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Product& p = ps[i];
+    int64_t chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
+    if (together) {
+      // Whole multiples of kRowsAlign rows per task (the last task ends at the last row).
+      const int64_t align = kRowsAlign / std::gcd(kRowsAlign, p.unit_rows);
+      chunk = (chunk + align - 1) / align * align;
     }
+    for (int64_t u = 0; u < p.units; u += chunk) {
+      tasks.push_back({together ? -1 : static_cast<int32_t>(i), u, std::min(p.units, u + chunk)});
+    }
+    if (together) break;  // one task list for all the products
   }
   const std::vector<Task>& job = tasks;  // this thread's list: workers have their own
   pool.parallel_for(static_cast<int64_t>(job.size()), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const Task& k = job[static_cast<size_t>(t)];
-      run(products[static_cast<size_t>(k.product)], k.u0, k.u1);
+      if (k.product >= 0) {
+        run(ps[static_cast<size_t>(k.product)], k.u0, k.u1);
+        continue;
+      }
+      for (const Product& p : ps) run(p, k.u0, k.u1);
+      const int64_t ur = ps[0].unit_rows;
+      (*then)(k.u0 * ur, std::min(ps[0].w->rows, k.u1 * ur));
     }
   });
+  if (then == nullptr || together) return;
+  const int64_t rows = ps[0].w->rows;
+  pool.parallel_for((rows + kRowsAlign - 1) / kRowsAlign, [&](int64_t b0, int64_t b1) {
+    (*then)(b0 * kRowsAlign, std::min(rows, b1 * kRowsAlign));
+  });
+}
+
+}  // namespace
+
+void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  matmul_then(outs, x, n_tokens, pool, nullptr);
+}
+
+void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, ThreadPool& pool,
+            const RowsFn& then) {
+  matmul_then(outs, x, n_tokens, pool, &then);
 }
 
 void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "tensor/dtype.h"
@@ -36,6 +37,20 @@ struct MatmulOut {
 };
 inline constexpr size_t kMaxMatmulOuts = 4;
 void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, ThreadPool& pool);
+
+// The fused form, for matrices with the same number of rows, then then(r0, r1) on every range of
+// output rows once every y holds it (rows [r0, r1) of each token's row in each y): element-wise
+// work that follows the products (a layer's FFN activation over its gate and up) runs in the
+// same hand-off, on the thread that computed the rows, while they are in its cache, and not
+// alone on the caller after it. Ranges are disjoint, cover every row once, and start at
+// multiples of kRowsAlign, so a kernel that works in vectors of up to kRowsAlign floats splits a
+// range as it would the whole row. When the products' kernels cut rows into different units
+// (types or layouts that differ), the products run as above and the ranges follow in a second
+// hand-off.
+using RowsFn = std::function<void(int64_t r0, int64_t r1)>;
+inline constexpr int64_t kRowsAlign = 16;
+void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens, ThreadPool& pool,
+            const RowsFn& then);
 
 // Copies row `row` of W, dequantized, into out[cols] (embedding lookup).
 void get_row(const Matrix& w, int64_t row, float* out);

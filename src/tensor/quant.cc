@@ -10,6 +10,7 @@
 #include "base/result.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
+#include "tensor/norm.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/quant_simd.h"
 
@@ -63,6 +64,7 @@ struct Table {
   simd::AttendGroupF16Fn attend_group_f16 = &ref::attend_group_segments;
   simd::GeluMulFn gelu_mul = &ref::gelu_mul;
   simd::SiluMulFn silu_mul = &ref::silu_mul;
+  simd::RmsNormFn rms_norm = &ref::rms_norm;
 };
 
 void apply(Table* t, const simd::KernelOverrides& o) {
@@ -76,6 +78,7 @@ void apply(Table* t, const simd::KernelOverrides& o) {
   if (o.attend_group_f16) t->attend_group_f16 = o.attend_group_f16;
   if (o.gelu_mul) t->gelu_mul = o.gelu_mul;
   if (o.silu_mul) t->silu_mul = o.silu_mul;
+  if (o.rms_norm) t->rms_norm = o.rms_norm;
 }
 
 bool cpu_supports(int level) {
@@ -218,6 +221,10 @@ simd::GeluMulFn active_gelu_mul() {
 
 simd::SiluMulFn active_silu_mul() {
   return active_table().silu_mul;
+}
+
+simd::RmsNormFn active_rms_norm() {
+  return active_table().rms_norm;
 }
 
 namespace ref {

@@ -245,6 +245,7 @@ KernelOverrides avx2_kernels() {
   add_avx2_gemm(&o);
   add_avx2_attention(&o);
   add_avx2_activations(&o);
+  add_avx2_norm(&o);
   return o;
 }
 

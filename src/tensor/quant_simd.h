@@ -67,8 +67,8 @@ struct GemmKernel {
   bool has_packed() const { return packed != nullptr || packed_run != nullptr; }
 };
 
-// The non-matmul kernels (attention.h, activation.h), same signatures as their public entry.
-// The attention kernel is the segmented form (attend_group_segments); the contiguous form is
+// The non-matmul kernels (attention.h, activation.h, norm.h), same signatures as their public
+// entry. The attention kernel is the segmented form (attend_group_segments); the contiguous form is
 // one segment.
 using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                                int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd,
@@ -80,6 +80,7 @@ using AttendGroupF16Fn = void (*)(const float* q, int64_t q_stride, int32_t nq,
                                   int64_t out_stride, float* stats);
 using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
+using RmsNormFn = void (*)(const float* x, const float* w, float* out, int64_t n, float eps);
 
 struct KernelOverrides {
   std::array<void (*)(const void*, float*, int64_t), kTypeSlots> dequant{};
@@ -90,6 +91,7 @@ struct KernelOverrides {
   AttendGroupF16Fn attend_group_f16 = nullptr;
   GeluMulFn gelu_mul = nullptr;
   SiluMulFn silu_mul = nullptr;
+  RmsNormFn rms_norm = nullptr;
 };
 
 // AVX2 + FMA + F16C (quant_avx2.cc, gemm_avx2.cc).
@@ -98,6 +100,7 @@ KernelOverrides avx2_kernels();
 void add_avx2_gemm(KernelOverrides* o);
 void add_avx2_attention(KernelOverrides* o);    // attention_avx2.cc
 void add_avx2_activations(KernelOverrides* o);  // activation.cc
+void add_avx2_norm(KernelOverrides* o);         // norm.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
@@ -116,9 +119,11 @@ using DotKernel = float (*)(int64_t n, const void* w_row, const void* act_row);
 DotKernel active_dot_kernel(DType w);
 // The GEMM tile of the active level for weight type w ({} when only vec_dot exists).
 simd::GemmKernel active_gemm_kernel(DType w);
-// The active level's attention, GELU and SiLU kernels (the scalar references at level "scalar").
+// The active level's attention, GELU, SiLU and RMS norm kernels (the scalar references at level
+// "scalar").
 simd::AttendGroupFn active_attend_group();
 simd::AttendGroupF16Fn active_attend_group_f16();
 simd::GeluMulFn active_gelu_mul();
 simd::SiluMulFn active_silu_mul();
+simd::RmsNormFn active_rms_norm();
 }  // namespace ember::tensor

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <mutex>
+#include <string>
 #include <vector>
 
+#include "tensor/interleave.h"
 #include "tensor/matmul.h"
 #include "tensor/quant.h"
 #include "tensor/quant_simd.h"
@@ -298,6 +301,100 @@ TEST(Gemm, a_fused_matmul_gives_each_matrix_its_own_result_bit_for_bit_in_one_ha
       }
     }
   }
+}
+
+// The fused form with a rows function (a layer's gate and up, then its activation): the
+// function sees each range of rows only once both products hold it for every token, the ranges
+// cover every row once and start at multiples of kRowsAlign, and the products are bit for bit
+// their own matmuls. Matrices of one type and layout take one hand-off for all of it; a pair
+// whose kernels cut rows differently (one matrix interleaved, the other not, at the scalar level)
+// takes a second one for the ranges, and that path is checked the same way.
+TEST(Gemm, a_fused_matmul_runs_the_rows_function_on_rows_both_products_hold) {
+  RestoreBestLevel restore;
+  const int64_t cols = 512, rows = 496;  // 31 interleave groups of 16; over 64 KB, so split
+  struct Pair {
+    DType gate, up;
+    int32_t gate_lanes, up_lanes;  // -1: the level's preferred layout
+  };
+  const Pair pairs[] = {{DType::Q4_1, DType::Q4_1, 0, 0},   {DType::Q4_1, DType::Q4_1, -1, -1},
+                        {DType::Q5_0, DType::Q5_0, -1, -1}, {DType::Q4_K, DType::Q4_K, 0, 0},
+                        {DType::Q8_0, DType::Q4_K, 0, 0},   {DType::Q4_1, DType::Q4_1, 16, 0}};
+  bool second_hand_off = false;
+  ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (const Pair& pair : pairs) {
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<Matrix> ms;
+      for (const auto& [t, want_lanes] :
+           {std::pair(pair.gate, pair.gate_lanes), std::pair(pair.up, pair.up_lanes)}) {
+        const size_t wrb = row_bytes(t, cols);
+        std::vector<uint8_t> plain(wrb * static_cast<size_t>(rows));
+        const auto wf = random_floats(rows * cols, static_cast<uint32_t>(ms.size() + 40));
+        for (int64_t r = 0; r < rows; ++r) {
+          ref::quantize_row(t, wf.data() + r * cols, plain.data() + r * wrb, cols);
+        }
+        const int32_t lanes = want_lanes >= 0 ? want_lanes : preferred_interleave(t, rows, cols);
+        if (lanes > 0) {
+          std::vector<uint8_t> inter(plain.size());
+          interleave_matrix(t, rows, cols, lanes, plain.data(), inter.data(), false);
+          plain.swap(inter);
+        }
+        bytes.push_back(std::move(plain));
+        ms.push_back(Matrix{t, rows, cols, bytes.back().data(), lanes});
+      }
+      for (int64_t n_tokens : {1, 3, 17}) {
+        const auto x = random_floats(n_tokens * cols, static_cast<uint32_t>(n_tokens), 2.0f);
+        for (auto& pool : pools) {
+          const std::string where =
+              std::string(level) + " " + std::string(dtype_name(pair.gate)) + "/" +
+              std::string(dtype_name(pair.up)) + " lanes " + std::to_string(ms[0].interleave) +
+              "/" + std::to_string(ms[1].interleave) + " tokens=" + std::to_string(n_tokens) +
+              " threads=" + std::to_string(pool.size());
+          const size_t n = static_cast<size_t>(rows * n_tokens);
+          std::vector<float> want_g(n), want_u(n), got_g(n, NAN), got_u(n, NAN);
+          matmul(ms[0], x.data(), n_tokens, want_g.data(), pool);
+          matmul(ms[1], x.data(), n_tokens, want_u.data(), pool);
+          std::mutex mu;
+          std::vector<int> seen(static_cast<size_t>(rows), 0);
+          bool ready = true, aligned = true;
+          const MatmulOut outs[] = {{&ms[0], got_g.data()}, {&ms[1], got_u.data()}};
+          const int64_t jobs_before = pool.jobs();
+          matmul(outs, x.data(), n_tokens, pool, [&](int64_t r0, int64_t r1) {
+            std::lock_guard lk(mu);
+            aligned = aligned && r0 % kRowsAlign == 0 && r0 < r1 && r1 <= rows;
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              for (int64_t r = r0; r < r1; ++r) {
+                const size_t i = static_cast<size_t>(t * rows + r);
+                ready = ready && !std::isnan(got_g[i]) && !std::isnan(got_u[i]);
+                got_g[i] -= got_u[i];  // the element-wise step: gate - up, in place
+              }
+            }
+            for (int64_t r = r0; r < r1; ++r) ++seen[static_cast<size_t>(r)];
+          });
+          EXPECT_TRUE(ready) << where;
+          EXPECT_TRUE(aligned) << where;
+          EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), rows) << where;
+          if (pool.size() > 1) {
+            // plus one per activation type for the parallel quantization of 4 tokens or more
+            const int64_t quant_jobs = n_tokens >= 4 ? (pair.gate == pair.up ? 1 : 2) : 0;
+            const int64_t jobs = pool.jobs() - jobs_before - quant_jobs;
+            if (ms[0].interleave == ms[1].interleave && pair.gate == pair.up) {
+              EXPECT_EQ(jobs, 1) << where;
+            } else {
+              EXPECT_LE(jobs, 2) << where;
+              second_hand_off = second_hand_off || jobs == 2;
+            }
+          }
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(got_u[i], want_u[i]) << where << " i=" << i;
+            ASSERT_EQ(got_g[i], want_g[i] - want_u[i]) << where << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(second_hand_off);
 }
 
 TEST(Gemm, every_level_gives_the_same_matmul_up_to_rounding) {
