@@ -22,6 +22,7 @@
 
 #include <sys/resource.h>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -212,6 +213,15 @@ std::string med_range(const json& s, int digits = 1) {
                      s["min"].get<double>(), digits, s["max"].get<double>(), digits);
 }
 
+// --pool-timing's split of the engine thread's time, per token.
+void print_pool(const json& p) {
+  std::printf(
+      "  engine thread per token: %s ms running its share of %s parallel jobs, %s ms waiting "
+      "for the other threads, %s ms working alone between jobs\n",
+      med_range(p["run_ms_per_token"], 3).c_str(), med_range(p["jobs_per_token"], 0).c_str(),
+      med_range(p["wait_ms_per_token"], 3).c_str(), med_range(p["serial_ms_per_token"], 3).c_str());
+}
+
 void print_text(const json& o) {
   std::printf("simd level %s, %d threads\n", o["simd_level"].get<std::string>().c_str(),
               o["threads"].get<int>());
@@ -247,15 +257,7 @@ void print_text(const json& o) {
       std::printf(", CPU %s ms/token", med_range(d["cpu_ms_per_token"], 2).c_str());
     }
     std::printf("\n");
-    if (d.contains("pool")) {
-      const json& p = d["pool"];
-      std::printf(
-          "  engine thread per token: %s ms running its share of %s parallel jobs, %s ms waiting "
-          "for the other threads, %s ms working alone between jobs\n",
-          med_range(p["run_ms_per_token"], 3).c_str(), med_range(p["jobs_per_token"], 0).c_str(),
-          med_range(p["wait_ms_per_token"], 3).c_str(),
-          med_range(p["serial_ms_per_token"], 3).c_str());
-    }
+    if (d.contains("pool")) print_pool(d["pool"]);
   }
   for (const auto& a : o["aggregate"]) {
     std::printf(
@@ -264,6 +266,7 @@ void print_text(const json& o) {
         a["concurrency"].get<int>(), a["tokens_per_stream"].get<int>(),
         med_range(a["tok_s"]).c_str(), a["inter_token_ms_p50"].get<double>(),
         a["inter_token_ms_p99"].get<double>());
+    if (a.contains("pool")) print_pool(a["pool"]);
   }
 }
 
@@ -362,6 +365,8 @@ int run(const BenchOptions& o) {
   std::vector<double> pre_tps, ttft, dec_tps, dec_gbps, dec_cpu_ms;
   std::vector<double> pool_jobs, pool_run, pool_wait, pool_serial;  // per forward
   std::vector<std::vector<double>> agg(conc->size());
+  // With --pool-timing, per concurrency: jobs, run, wait and serial per generated token.
+  std::vector<std::array<std::vector<double>, 4>> agg_pool(conc->size());
   std::vector<std::vector<double>> gaps(conc->size());
   for (int round = 0; round < o.rounds; ++round) {
     if (o.prompt_tokens > 0) {
@@ -398,7 +403,19 @@ int run(const BenchOptions& o) {
     }
     for (size_t ci = 0; ci < conc->size(); ++ci) {
       const int c = (*conc)[ci];
+      if (o.pool_timing) loaded->backend->set_pool_timing(true);
       auto tr = run_requests(eng, c, 16, o.stream_tokens, 100 + round);
+      if (o.pool_timing && tr) {
+        // Every forward of the run (the streams' prompts' too), per token generated.
+        const tensor::ThreadPool::Timing pt = loaded->backend->pool_timing();
+        loaded->backend->set_pool_timing(false);
+        double n = 0;
+        for (const auto& t : *tr) n += static_cast<double>(t.tokens.size());
+        agg_pool[ci][0].push_back(static_cast<double>(pt.jobs) / n);
+        agg_pool[ci][1].push_back(static_cast<double>(pt.run_ns) / 1e6 / n);
+        agg_pool[ci][2].push_back(static_cast<double>(pt.wait_ns) / 1e6 / n);
+        agg_pool[ci][3].push_back(static_cast<double>(pt.serial_ns) / 1e6 / n);
+      }
       if (!tr) return std::fprintf(stderr, "ember bench: %s\n", tr.message().c_str()), 1;
       Clock::time_point start = Clock::time_point::min(), end = start;
       for (const auto& t : *tr) {
@@ -441,11 +458,19 @@ int run(const BenchOptions& o) {
   }
   json a = json::array();
   for (size_t ci = 0; ci < conc->size(); ++ci) {
-    a.push_back({{"concurrency", (*conc)[ci]},
-                 {"tokens_per_stream", o.stream_tokens},
-                 {"tok_s", to_json(stats_of(agg[ci]))},
-                 {"inter_token_ms_p50", percentile(gaps[ci], 0.5)},
-                 {"inter_token_ms_p99", percentile(gaps[ci], 0.99)}});
+    json ac = {{"concurrency", (*conc)[ci]},
+               {"tokens_per_stream", o.stream_tokens},
+               {"tok_s", to_json(stats_of(agg[ci]))},
+               {"inter_token_ms_p50", percentile(gaps[ci], 0.5)},
+               {"inter_token_ms_p99", percentile(gaps[ci], 0.99)}};
+    const auto& ap = agg_pool[ci];
+    if (!ap[0].empty() && stats_of(ap[0]).max > 0) {
+      ac["pool"] = {{"jobs_per_token", to_json(stats_of(ap[0]))},
+                    {"run_ms_per_token", to_json(stats_of(ap[1]))},
+                    {"wait_ms_per_token", to_json(stats_of(ap[2]))},
+                    {"serial_ms_per_token", to_json(stats_of(ap[3]))}};
+    }
+    a.push_back(ac);
   }
   out["aggregate"] = a;
   out["peak_rss_bytes"] = peak_rss_bytes();
@@ -495,9 +520,10 @@ int cmd_bench(int argc, char** argv) {
                  "this CPU has)");
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--pool-timing", o.pool_timing,
-               "also time the compute pool's hand-offs at batch-1 decode: per token, the engine "
-               "thread running its share of the parallel jobs, waiting for the other threads, "
-               "and working alone between jobs (reads the clock at every job; not with -d)");
+               "also time the compute pool's hand-offs at batch-1 decode and at each -c "
+               "concurrency: per token, the engine thread running its share of the parallel "
+               "jobs, waiting for the other threads, and working alone between jobs (reads the "
+               "clock at every job; not with -d)");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
   app.add_option("--kv-type", o.kv_type, "KV cache type: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}))

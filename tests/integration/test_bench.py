@@ -58,7 +58,8 @@ def test_bench_at_a_depth_counts_the_kv_it_reads_in_its_bandwidth(ember, tmp_pat
 def test_bench_pool_timing_splits_decode_time_across_the_engine_threads_work(ember, tmp_path):
     """--pool-timing: per token, the engine thread's share of the parallel jobs, its wait for the
     other thread and its serial work between jobs; together they are the step's time (bounds
-    loose: the parts are per forward, the rate per interval between tokens)."""
+    loose: the parts are per forward, the rate per interval between tokens), at batch 1 and at
+    each -c concurrency."""
     model = str(tmp_path / "wide.gguf")
     subprocess.run([ember, "fixture", "--arch", "llama", "--layers", "2", "--embd", "512", "--ff",
                     "1536", "--heads", "8", "--kv-heads", "4", "--out", model],
@@ -73,6 +74,26 @@ def test_bench_pool_timing_splits_decode_time_across_the_engine_threads_work(emb
                                             "serial_ms_per_token"))
     per_token_ms = 1000.0 / d["tok_s"]["median"]
     assert 0.5 * per_token_ms < parts < 2.0 * per_token_ms, (parts, per_token_ms)
+
+    # At a concurrency (-c) too, per token generated across the streams (their prompts'
+    # forwards included, so the bounds are looser); without the flag, no breakdown.
+    conc = base[:]
+    conc[conc.index("-c") + 1] = "4"
+    conc[conc.index("-n") + 1] = "0"
+    for flag in (True, False):
+        args = conc if flag else [a for a in conc if a != "--pool-timing"]
+        agg = json.loads(subprocess.run(args, check=True, capture_output=True, text=True,
+                                        timeout=120).stdout)["aggregate"][0]
+        assert agg["concurrency"] == 4
+        if not flag:
+            assert "pool" not in agg
+            continue
+        pool = agg["pool"]
+        assert pool["jobs_per_token"]["median"] > 0
+        parts = sum(pool[k]["median"] for k in ("run_ms_per_token", "wait_ms_per_token",
+                                                "serial_ms_per_token"))
+        per_token_ms = 1000.0 / agg["tok_s"]["median"]
+        assert 0.3 * per_token_ms < parts < 3.0 * per_token_ms, (parts, per_token_ms)
 
     # One thread hands nothing off: no breakdown. With -d the prompt's prefill would count: refused.
     one = base[:]
