@@ -29,8 +29,10 @@ namespace {
 // more in wake-up and cache traffic than it saves (a 640x256 Q8_0 decode matmul is ~174 KB, a
 // few microseconds).
 constexpr int64_t kMinChunkBytes = 64 << 10;
-// Up to this many tokens a product is split into one range per thread (matmul below).
+// Up to this many tokens a product runs as contiguous blocks of tasks, one block per thread
+// (matmul below), kDecodeTasksPerThread tasks of about equal weight bytes per thread.
 constexpr int64_t kContiguousTokens = 16;
+constexpr int64_t kDecodeTasksPerThread = 4;
 
 enum class Mode { kDot, kPacked, kRows, kTiles, kInterleaved, kDeinterleave };
 
@@ -227,13 +229,13 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
     act_of[i] = acts[k].bytes.data();
   }
 
-  // Every product's units in tasks of max(min_units, units / (k x threads)), all handed to the
-  // pool at once. Prefill (k = 4): a few tasks per thread let fast threads take up the slack of
-  // slow ones. Decode, up to kContiguousTokens tokens (k = 1): one contiguous range per thread,
-  // a longer stream for the prefetchers and the activation side computed once per thread, not
-  // per task; nothing waits on a thread that has not started, as the caller claims its range
-  // too. Up to 10% more batch-1 decode and 1-7% more at 8 and 16 streams on the Zen 5 host
-  // (BENCHMARKS.md, tenth session).
+  // Every product's units in tasks, all handed to the pool at once. Prefill: tasks of
+  // max(min_units, units / (4 x threads)), claimed in order, so fast threads take up the slack of
+  // slow ones. Decode, up to kContiguousTokens tokens: tasks of about equal weight bytes,
+  // kDecodeTasksPerThread per thread, run as parallel_for_blocks, so each thread streams one
+  // contiguous stretch of the task list (a longer stream for the prefetchers; up to 10% more
+  // batch-1 decode than 4 interleaved tasks per thread on the Zen 5 host, BENCHMARKS.md, tenth
+  // session) and a thread done with its own takes the tail of a late or slow one's.
   std::array<Product, kMaxMatmulOuts> products;
   for (size_t i = 0; i < outs.size(); ++i) {
     products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
@@ -241,13 +243,27 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
   const std::span<const Product> ps(products.data(), outs.size());
   for (const Product& p : ps) EMBER_ASSERT(then == nullptr || p.w->rows == ps[0].w->rows);
   const bool together = then != nullptr && same_units(ps);
+  const bool blocks = n_tokens <= kContiguousTokens;
+  const auto unit_bytes = [&](const Product& p) {
+    return p.unit_rows * static_cast<int64_t>(p.w_row_bytes);
+  };
+  int64_t total_bytes = 0;
+  for (const Product& p : ps) total_bytes += p.units * unit_bytes(p);
+  const int64_t task_bytes =
+      std::max<int64_t>(1, total_bytes / (kDecodeTasksPerThread * int64_t{pool.size()}));
   thread_local std::vector<Task> tasks;
   tasks.clear();
-  const int64_t per_thread =
-      (n_tokens <= kContiguousTokens ? 1 : 4) * static_cast<int64_t>(pool.size());
   for (size_t i = 0; i < ps.size(); ++i) {
     const Product& p = ps[i];
-    int64_t chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
+    int64_t chunk = 0;
+    if (blocks) {
+      // Together, a unit is one of every product's: as many bytes as all of theirs.
+      const int64_t ub = together ? total_bytes / p.units : unit_bytes(p);
+      chunk = std::max(p.min_units, (task_bytes + ub - 1) / ub);
+    } else {
+      const int64_t per_thread = 4 * static_cast<int64_t>(pool.size());
+      chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
+    }
     if (together) {
       // Whole multiples of kRowsAlign rows per task (the last task ends at the last row).
       const int64_t align = kRowsAlign / std::gcd(kRowsAlign, p.unit_rows);
@@ -259,7 +275,7 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
     if (together) break;  // one task list for all the products
   }
   const std::vector<Task>& job = tasks;  // this thread's list: workers have their own
-  pool.parallel_for(static_cast<int64_t>(job.size()), [&](int64_t t0, int64_t t1) {
+  const auto run_tasks = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const Task& k = job[static_cast<size_t>(t)];
       if (k.product >= 0) {
@@ -270,7 +286,12 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
       const int64_t ur = ps[0].unit_rows;
       (*then)(k.u0 * ur, std::min(ps[0].w->rows, k.u1 * ur));
     }
-  });
+  };
+  if (blocks) {
+    pool.parallel_for_blocks(static_cast<int64_t>(job.size()), run_tasks);
+  } else {
+    pool.parallel_for(static_cast<int64_t>(job.size()), run_tasks);
+  }
   if (then == nullptr || together) return;
   const int64_t rows = ps[0].w->rows;
   pool.parallel_for((rows + kRowsAlign - 1) / kRowsAlign, [&](int64_t b0, int64_t b1) {

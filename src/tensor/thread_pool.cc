@@ -6,6 +6,11 @@
 // claim instead of touching the job fields; a successful claim pins the job (the caller waits
 // for every chunk to be done) so the fields it then reads are stable. The caller runs chunks
 // too and waits only for chunks claimed by others, never for idle workers to check in.
+//
+// parallel_for_blocks claims through one word per thread instead (each on its own cache line):
+// (generation, front, back) of that thread's block. A thread takes its own block's front, then
+// the other blocks' backs; the shared word then carries the job's generation with no chunks, so
+// a worker tries both kinds of word and only one has chunks of the current generation.
 #include "tensor/thread_pool.h"
 
 #include <algorithm>
@@ -15,6 +20,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "base/result.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -56,31 +63,64 @@ struct ThreadPool::Impl {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int64_t chunk = 1;
+  int64_t total = 0;  // chunks in the job
   // bits 63..32: generation (low 32 bits), 31..16: chunk count, 15..0: next chunk to hand out.
   std::atomic<uint64_t> claim{0};
   std::atomic<int64_t> done{0};  // chunks finished in the current job
+  // parallel_for_blocks: per thread (the caller's first), bits 63..32 generation, 31..16 the
+  // block's front, 15..0 its back (chunks [front, back) left).
+  struct alignas(64) Block {
+    std::atomic<uint64_t> word{0};
+  };
+  std::vector<Block> blocks;
 
-  static uint64_t pack(uint64_t gen, uint64_t total, uint64_t next) {
-    return (gen << 32) | (total << 16) | next;
+  static uint64_t pack(uint64_t gen, uint64_t a, uint64_t b) { return (gen << 32) | (a << 16) | b; }
+  static bool current(uint64_t s, uint64_t gen) { return (s >> 32) == (gen & 0xffffffffu); }
+
+  void run_chunk(uint64_t c) {
+    const int64_t begin = static_cast<int64_t>(c) * chunk;
+    (*fn)(begin, std::min(n, begin + chunk));
   }
 
-  // Runs chunks of job `gen` until none is left; returns how many this thread ran.
-  int64_t run_chunks(uint64_t gen) {
+  // Claims a chunk of job `gen` from block b's front (own) or back (another's); -1: none left.
+  int64_t take(size_t b, uint64_t gen, bool front) {
+    std::atomic<uint64_t>& w = blocks[b].word;
+    uint64_t s = w.load(std::memory_order_acquire);
+    for (;;) {
+      const uint64_t lo = (s >> 16) & 0xffff, hi = s & 0xffff;
+      if (!current(s, gen) || lo >= hi) return -1;
+      const uint64_t next =
+          front ? pack(gen & 0xffffffffu, lo + 1, hi) : pack(gen & 0xffffffffu, lo, hi - 1);
+      if (w.compare_exchange_weak(s, next, std::memory_order_acquire, std::memory_order_acquire)) {
+        return static_cast<int64_t>(front ? lo : hi - 1);
+      }
+    }
+  }
+
+  // Runs chunks of job `gen` until none is left; returns how many this thread (block `self`)
+  // ran.
+  int64_t run_chunks(uint64_t gen, size_t self) {
     int64_t ran = 0;
     uint64_t s = claim.load(std::memory_order_acquire);
     for (;;) {
-      if ((s >> 32) != (gen & 0xffffffffu)) return ran;
-      const uint64_t total = (s >> 16) & 0xffff, next = s & 0xffff;
-      if (next >= total) return ran;
+      if (!current(s, gen)) break;
+      const uint64_t total_ = (s >> 16) & 0xffff, next = s & 0xffff;
+      if (next >= total_) break;
       if (!claim.compare_exchange_weak(s, s + 1, std::memory_order_acquire,
                                        std::memory_order_acquire)) {
         continue;
       }
-      const int64_t begin = static_cast<int64_t>(next) * chunk;
-      (*fn)(begin, std::min(n, begin + chunk));
+      run_chunk(next);
       ++ran;
       s = claim.load(std::memory_order_acquire);
     }
+    // A block job's shared word has no chunks: its own block, then the others' backs.
+    for (int64_t c; (c = take(self, gen, true)) >= 0; ++ran) run_chunk(static_cast<uint64_t>(c));
+    for (size_t k = 1; k < blocks.size(); ++k) {
+      const size_t b = (self + k) % blocks.size();
+      for (int64_t c; (c = take(b, gen, false)) >= 0; ++ran) run_chunk(static_cast<uint64_t>(c));
+    }
+    return ran;
   }
 
   // The caller's wait for chunks that other threads claimed.
@@ -93,7 +133,7 @@ struct ThreadPool::Impl {
     cv_done.wait(lk, [&] { return done.load(std::memory_order_acquire) == total; });
   }
 
-  void worker() {
+  void worker(size_t self) {
     uint64_t seen = 0;
     for (;;) {
       uint64_t g = generation.load(std::memory_order_acquire);
@@ -111,10 +151,10 @@ struct ThreadPool::Impl {
       }
       if (stop.load(std::memory_order_acquire)) return;
       seen = g;
-      const int64_t ran = run_chunks(g);
+      const int64_t ran = run_chunks(g, self);
       if (ran > 0) {
-        const uint64_t total = (claim.load(std::memory_order_relaxed) >> 16) & 0xffff;
-        if (done.fetch_add(ran, std::memory_order_acq_rel) + ran == static_cast<int64_t>(total)) {
+        // The job cannot end before these chunks count as done: `total` is still this job's.
+        if (done.fetch_add(ran, std::memory_order_acq_rel) + ran == total) {
           std::lock_guard lk(mu);
           cv_done.notify_one();
         }
@@ -126,8 +166,11 @@ struct ThreadPool::Impl {
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   if (n_threads_ <= 1) return;
   impl_ = new Impl;
+  impl_->blocks = std::vector<Impl::Block>(static_cast<size_t>(n_threads_));
   impl_->threads.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 0; i + 1 < n_threads_; ++i) impl_->threads.emplace_back([this] { impl_->worker(); });
+  for (int i = 0; i + 1 < n_threads_; ++i) {
+    impl_->threads.emplace_back([this, i] { impl_->worker(static_cast<size_t>(i) + 1); });
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -159,28 +202,54 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
     fn(0, n);
     return;
   }
-  Impl& p = *impl_;
-  ++jobs_;
-  const int64_t t0 = timing_on_ ? now_ns() : 0;
   // A few chunks per thread lets fast threads take up the slack of slow ones; the chunk count
   // must fit the claim word's 16 bits.
   int64_t chunk = std::max(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
   chunk = std::max(chunk, (n + 0xfffe) / 0xffff);
+  run_job(n, chunk, false, fn);
+}
+
+void ThreadPool::parallel_for_blocks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (!impl_ || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i, i + 1);
+    return;
+  }
+  EMBER_ASSERT(n <= 0xffff);
+  run_job(n, 1, true, fn);
+}
+
+void ThreadPool::run_job(int64_t n, int64_t chunk, bool blocks,
+                         const std::function<void(int64_t, int64_t)>& fn) {
+  Impl& p = *impl_;
+  ++jobs_;
+  const int64_t t0 = timing_on_ ? now_ns() : 0;
   const int64_t total = (n + chunk - 1) / chunk;
   p.fn = &fn;
   p.n = n;
   p.chunk = chunk;
+  p.total = total;
   p.done.store(0, std::memory_order_relaxed);
   uint64_t gen;
   {
     std::lock_guard lk(p.mu);
     gen = p.generation.load(std::memory_order_relaxed) + 1;
-    p.claim.store(Impl::pack(gen & 0xffffffffu, static_cast<uint64_t>(total), 0),
+    const uint64_t g = gen & 0xffffffffu;
+    if (blocks) {
+      const auto nb = static_cast<int64_t>(p.blocks.size());
+      for (int64_t b = 0; b < nb; ++b) {
+        p.blocks[static_cast<size_t>(b)].word.store(
+            Impl::pack(g, static_cast<uint64_t>(b * total / nb),
+                       static_cast<uint64_t>((b + 1) * total / nb)),
+            std::memory_order_relaxed);
+      }
+    }
+    p.claim.store(Impl::pack(g, blocks ? 0 : static_cast<uint64_t>(total), 0),
                   std::memory_order_release);
     p.generation.store(gen, std::memory_order_release);
   }
   p.cv_work.notify_all();
-  const int64_t ran = p.run_chunks(gen);
+  const int64_t ran = p.run_chunks(gen, 0);
   const int64_t t1 = timing_on_ ? now_ns() : 0;
   if (p.done.fetch_add(ran, std::memory_order_acq_rel) + ran != total) p.wait_done(total);
   if (timing_on_) {

@@ -27,6 +27,13 @@ class ThreadPool {
   // worth a second thread runs on the caller alone, and cheap indices are not handed out one
   // by one.
   void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+  // As parallel_for(n, fn), one index per call, for work whose consecutive indices read
+  // consecutive memory (a matmul's row ranges): [0, n) is cut into one contiguous block per
+  // thread (the caller's first, worker k's the (k + 1)-th), which each thread runs from its
+  // front, in order, as one stream; a thread done with its own block then takes indices from
+  // the back of the others', so a thread that wakes late, runs slow or is descheduled hands its
+  // block's tail to the others instead of keeping them waiting.
+  void parallel_for_blocks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
   // Where the caller's time goes, for benchmarks (`ember bench --pool-timing`): per hand-off,
   // the caller running chunks (from publishing the job until none is left to claim), then
@@ -45,6 +52,8 @@ class ThreadPool {
 
  private:
   struct Impl;
+  void run_job(int64_t n, int64_t chunk, bool blocks,
+               const std::function<void(int64_t, int64_t)>& fn);
   Impl* impl_ = nullptr;
   int n_threads_ = 1;
   int64_t jobs_ = 0;  // written by the (single) caller only

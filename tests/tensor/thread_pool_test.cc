@@ -2,15 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-
-#include <set>
-
-#include <mutex>
-
-#include <condition_variable>
-
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -154,6 +151,75 @@ TEST(ThreadPool, timing_splits_the_callers_time_into_running_waiting_and_serial)
   pool.parallel_for(2, [](int64_t, int64_t) {});
   EXPECT_EQ(pool.timing().jobs, 0);
   EXPECT_EQ(pool.timing().serial_ns, 0);
+}
+
+// parallel_for_blocks, mixed with plain jobs on the same pool: every index once, one per call.
+TEST(ThreadPool, blocks_cover_every_index_exactly_once_one_per_call) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 64, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (int round = 0; round < 20; ++round) {
+        pool.parallel_for_blocks(n, [&](int64_t b, int64_t e) {
+          ASSERT_EQ(e, b + 1);
+          ASSERT_LE(0, b);
+          ASSERT_LT(b, n);
+          hits[static_cast<size_t>(b)].fetch_add(1);
+        });
+        pool.parallel_for(n, [](int64_t, int64_t) {});
+      }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 20) << i;
+    }
+  }
+}
+
+// Each thread starts at the front of its own block (the caller's is the first): every thread's
+// first index waits at a barrier of all three, so none can reach another's block before each has
+// taken its own first index.
+TEST(ThreadPool, blocks_give_each_thread_the_front_of_its_own_contiguous_block) {
+  ThreadPool pool(3);
+  const auto caller = std::this_thread::get_id();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::thread::id, int64_t> first;
+  pool.parallel_for_blocks(6, [&](int64_t b, int64_t) {
+    std::unique_lock lk(mu);
+    if (first.count(std::this_thread::get_id())) return;
+    first[std::this_thread::get_id()] = b;
+    cv.notify_all();
+    cv.wait_for(lk, std::chrono::seconds(30), [&] { return first.size() == 3; });
+  });
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[caller], 0);
+  std::set<int64_t> workers;
+  for (const auto& [id, b] : first) {
+    if (id != caller) workers.insert(b);
+  }
+  EXPECT_EQ(workers, (std::set<int64_t>{2, 4}));
+}
+
+// A thread held inside its block does not hold the others up: the caller, done with its own
+// block, takes the held worker's last index (from the back) while the worker is still held, and
+// the worker is released only once the caller has run it. Without taking from another's block
+// the caller would wait for the worker, which waits for the caller (the bounded wait times out).
+TEST(ThreadPool, blocks_let_a_free_thread_take_the_back_of_a_held_threads_block) {
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int64_t, std::thread::id> ran_on;
+  pool.parallel_for_blocks(4, [&](int64_t b, int64_t) {  // blocks [0, 2) and [2, 4)
+    std::unique_lock lk(mu);
+    ran_on[b] = std::this_thread::get_id();
+    cv.notify_all();
+    if (std::this_thread::get_id() != caller) {
+      cv.wait_for(lk, std::chrono::seconds(10), [&] { return ran_on.count(3) > 0; });
+    }
+  });
+  ASSERT_EQ(ran_on.size(), 4u);
+  EXPECT_EQ(ran_on[0], caller);
+  EXPECT_EQ(ran_on[1], caller);
+  EXPECT_EQ(ran_on[3], caller) << "the caller took the back of the worker's block";
 }
 
 }  // namespace
