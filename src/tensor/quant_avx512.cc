@@ -732,6 +732,7 @@ KernelOverrides avx512_kernels() {
   add_k_packed<UnpackQ4_K>(&o, DType::Q4_K);
   add_k_packed<UnpackQ5_K>(&o, DType::Q5_K);
   add_k_packed<UnpackQ6_K>(&o, DType::Q6_K);
+  add_avx512_activations(&o);
   return o;
 }
 

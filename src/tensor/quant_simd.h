@@ -104,6 +104,7 @@ void add_avx2_norm(KernelOverrides* o);         // norm.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
+void add_avx512_activations(KernelOverrides* o);  // activation.cc
 // AMX-INT8, with the tile state granted to this process (quant_avx512.cc): avx512-vnni's
 // kernels, with tile products for the interleaved legacy types at many tokens.
 bool cpu_has_amx();

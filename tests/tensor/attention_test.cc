@@ -413,5 +413,36 @@ TEST(Silu, silu_mul_rounds_as_the_scalar_twin_at_every_level) {
   }
 }
 
+// The vector levels compute the same operations per element (AVX-512 sixteen at a time, AVX2
+// eight), so they agree bit for bit with each other, for SiLU as for GELU (whose every level
+// is the table), at lengths that leave tails of every size below 16.
+TEST(Silu, the_vector_levels_give_the_same_bits) {
+  LevelGuard guard;
+  const auto levels = supported_simd_levels();
+  if (std::find(levels.begin(), levels.end(), "avx2") == levels.end()) {
+    GTEST_SKIP() << "no vector level on this CPU";
+  }
+  std::vector<float> gate = random_floats(20000 + 15, 21, 20.f);
+  gate[7] = NAN;
+  gate[8] = INFINITY;
+  gate[9] = -INFINITY;
+  const std::vector<float> up = random_floats(gate.size(), 22, 2.f);
+  for (int64_t n : {int64_t(gate.size()), int64_t{16 * 37 + 9}, int64_t{15}}) {
+    ASSERT_TRUE(set_simd_level("avx2"));
+    std::vector<float> want = gate;
+    silu_mul(want.data(), up.data(), n);
+    for (auto level : levels) {
+      if (level == "scalar" || level == "avx2") continue;
+      ASSERT_TRUE(set_simd_level(level));
+      std::vector<float> got = gate;
+      silu_mul(got.data(), up.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(&got[size_t(i)], &want[size_t(i)], 4), 0)
+            << level << " n=" << n << " i=" << i << " x=" << gate[size_t(i)];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ember::tensor
