@@ -153,8 +153,10 @@ struct ThreadPool::Impl {
       seen = g;
       const int64_t ran = run_chunks(g, self);
       if (ran > 0) {
-        // The job cannot end before these chunks count as done: `total` is still this job's.
-        if (done.fetch_add(ran, std::memory_order_acq_rel) + ran == total) {
+        // Read before counting these chunks as done: until then the job cannot end, so `total`
+        // is still this job's (after it, the caller may already be publishing the next one).
+        const int64_t job_total = total;
+        if (done.fetch_add(ran, std::memory_order_acq_rel) + ran == job_total) {
           std::lock_guard lk(mu);
           cv_done.notify_one();
         }
