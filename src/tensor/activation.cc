@@ -124,9 +124,11 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
 #define EMBER_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,f16c")))
 // GCC 12's _mm512_undefined_* (self-initialised locals inside several 512-bit intrinsics) trip
 // -Wmaybe-uninitialized once inlined: a known false positive (as in quant_avx512.cc).
+#if !defined(__clang__)  // which has no -Wmaybe-uninitialized (and no such false positive)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 EMBER_AVX512 void gelu_mul_avx512(float* gate, const float* up, int64_t n) {
   const float* table = gelu_table().data();
@@ -174,7 +176,9 @@ EMBER_AVX512 void silu_mul_avx512(float* gate, const float* up, int64_t n) {
   if (i < n) silu_mul_avx2(gate + i, up + i, n - i);
 }
 
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #undef EMBER_AVX512
 
 }  // namespace
