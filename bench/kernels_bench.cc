@@ -4,8 +4,8 @@
 // (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
 // Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*),
-// and the FFN activations at the models' widths (activation/*: the engine thread runs them
-// alone between two matmuls at decode).
+// the FFN activations at the models' widths (activation/*), and one SmolLM2 decode step's
+// chain of matmuls through the pool, from memory (decode_chain/*).
 // Run: [EMBER_SIMD_LEVEL=avx2|avx512-vnni|...] build/kernels_bench [--benchmark_filter=Q4_K]
 //      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
 // Rates (bytes_per_second = weight bytes, tok/s) are per wall-clock second; on a shared machine
@@ -13,11 +13,15 @@
 // a pool runs chunks or waits for the others the whole time).
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tensor/activation.h"
@@ -31,8 +35,9 @@ namespace {
 
 using ember::tensor::DType;
 
-void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int64_t n_tokens) {
-  const int threads = static_cast<int>(state.range(0));
+// A rows x cols matrix of type t with random weights, in the layout the engine copies it into
+// (interleaved where the level's kernels read that; *lanes says which).
+std::vector<uint8_t> weight_bytes(DType t, int64_t rows, int64_t cols, int32_t* lanes) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
   // Quantize a few distinct random rows and repeat them: the output projection (262144 rows)
@@ -49,19 +54,27 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   for (int64_t r = 0; r < rows; ++r) {
     std::copy_n(distinct.data() + (r % kDistinct) * rb, rb, q.data() + r * rb);
   }
+  *lanes = ember::tensor::preferred_interleave(t, rows, cols);
+  if (*lanes > 0) {
+    std::vector<uint8_t> inter(q.size());
+    ember::tensor::interleave_matrix(t, rows, cols, *lanes, q.data(), inter.data(), false);
+    q.swap(inter);
+  }
+  return q;
+}
+
+void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int64_t n_tokens) {
+  const int threads = static_cast<int>(state.range(0));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  int32_t lanes = 0;
+  const std::vector<uint8_t> q = weight_bytes(t, rows, cols, &lanes);
   std::vector<float> x(static_cast<size_t>(n_tokens * cols));
   for (auto& v : x) v = dist(rng);
   std::vector<float> y(static_cast<size_t>(n_tokens * rows));
   // In 2 MiB pages, as the engine holds its weights (tensor/weight_arena.h): with 4 KiB pages a
   // matrix larger than the TLB's reach pays a nested page walk per 4 KiB under a hypervisor, and
   // how many of those a kernel overlaps depends on its access pattern, not only its arithmetic.
-  // In the layout the engine copies it into (interleaved where the level's kernels read that).
-  const int32_t lanes = ember::tensor::preferred_interleave(t, rows, cols);
-  if (lanes > 0) {
-    std::vector<uint8_t> inter(q.size());
-    ember::tensor::interleave_matrix(t, rows, cols, lanes, q.data(), inter.data(), false);
-    q.swap(inter);
-  }
   auto arena = ember::tensor::WeightArena::create(q.size());
   const uint8_t* wdata = arena ? arena->add(q.data(), q.size()) : nullptr;
   if (wdata == nullptr) {
@@ -159,6 +172,73 @@ void bm_activation(benchmark::State& state, bool silu, int64_t n) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
+// One SmolLM2-135M Q4_1 decode step's matmuls and nothing else: per layer q/k/v (one fused job),
+// o, gate/up (fused), down, then the Q8_0 output projection, 121 jobs through the pool from
+// memory (97 MB, in one huge-page arena), optionally with serial_ns of busy work on the caller
+// after each job (the engine thread's norms, rope, quantization between matmuls). Against
+// "decode_chain/smollm2_as_two" (the same bytes as two matrices): what the job structure and
+// the serial work cost a 2-thread decode, apart from everything else in a step.
+void bm_decode_chain(benchmark::State& state, bool as_two, int64_t serial_ns) {
+  const int threads = static_cast<int>(state.range(0));
+  struct Spec {
+    DType t;
+    int64_t rows, cols;
+  };
+  std::vector<std::vector<Spec>> jobs;
+  constexpr int64_t kE = 576, kF = 1536, kKv = 192, kVocab = 49152, kLayers = 30;
+  if (as_two) {
+    jobs.push_back({{DType::Q4_1, kLayers * (2 * kE + 2 * kKv + 2 * kF), kE}});
+    jobs.push_back({{DType::Q4_1, kLayers * kE, kF}});
+  } else {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      jobs.push_back({{DType::Q4_1, kE, kE}, {DType::Q4_1, kKv, kE}, {DType::Q4_1, kKv, kE}});
+      jobs.push_back({{DType::Q4_1, kE, kE}});
+      jobs.push_back({{DType::Q4_1, kF, kE}, {DType::Q4_1, kF, kE}});
+      jobs.push_back({{DType::Q4_1, kE, kF}});
+    }
+  }
+  jobs.push_back({{DType::Q8_0, kVocab, kE}});
+  size_t total = 0;
+  for (const auto& j : jobs) {
+    for (const Spec& m : j) total += ember::tensor::row_bytes(m.t, m.cols) * size_t(m.rows) + 64;
+  }
+  auto arena = ember::tensor::WeightArena::create(total);
+  if (!arena) {
+    state.SkipWithError("no huge-page arena");
+    return;
+  }
+  std::vector<std::vector<ember::tensor::Matrix>> mats;
+  int64_t bytes = 0;
+  for (const auto& j : jobs) {
+    mats.emplace_back();
+    for (const Spec& m : j) {
+      int32_t lanes = 0;
+      const std::vector<uint8_t> q = weight_bytes(m.t, m.rows, m.cols, &lanes);
+      mats.back().push_back({m.t, m.rows, m.cols, arena->add(q.data(), q.size()), lanes});
+      bytes += static_cast<int64_t>(q.size());
+    }
+  }
+  std::vector<float> x(kF, 0.5f);
+  std::vector<std::vector<float>> ys(ember::tensor::kMaxMatmulOuts);
+  for (auto& y : ys) y.resize(static_cast<size_t>(kLayers * (2 * kE + 2 * kKv + 2 * kF)));
+  ember::tensor::ThreadPool pool(threads);
+  for (auto _ : state) {
+    for (const auto& m : mats) {
+      std::array<ember::tensor::MatmulOut, ember::tensor::kMaxMatmulOuts> outs;
+      for (size_t i = 0; i < m.size(); ++i) outs[i] = {&m[i], ys[i].data()};
+      ember::tensor::matmul(std::span(outs.data(), m.size()), x.data(), 1, pool);
+      if (serial_ns > 0) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(serial_ns);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+    }
+    benchmark::DoNotOptimize(ys[0].data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["jobs"] = static_cast<double>(mats.size());
+}
+
 struct Case {
   DType type;
   int64_t rows, cols;
@@ -205,6 +285,18 @@ void register_all() {
         [kind = kind](benchmark::State& st) { bm_attention_layout(st, kind); })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (const auto& [name, as_two, serial_ns] :
+       {std::tuple("decode_chain/smollm2", false, int64_t{0}),
+        std::tuple("decode_chain/smollm2/serial_ns:2500", false, int64_t{2500}),
+        std::tuple("decode_chain/smollm2_as_two", true, int64_t{0})}) {
+    auto* b = benchmark::RegisterBenchmark(
+        name, [as_two = as_two, serial_ns = serial_ns](benchmark::State& st) {
+          bm_decode_chain(st, as_two, serial_ns);
+        });
+    b->ArgName("threads")->Arg(1);
+    if (hw > 1) b->Arg(hw);
+    b->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
   for (const Case& c : cases) {
     // 8 tokens: batched decode at 8 streams (weights from memory, each row reused 8 times).
