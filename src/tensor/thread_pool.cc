@@ -104,8 +104,8 @@ struct ThreadPool::Impl {
     uint64_t s = claim.load(std::memory_order_acquire);
     for (;;) {
       if (!current(s, gen)) break;
-      const uint64_t total_ = (s >> 16) & 0xffff, next = s & 0xffff;
-      if (next >= total_) break;
+      const uint64_t count = (s >> 16) & 0xffff, next = s & 0xffff;
+      if (next >= count) break;
       if (!claim.compare_exchange_weak(s, s + 1, std::memory_order_acquire,
                                        std::memory_order_acquire)) {
         continue;
