@@ -31,8 +31,9 @@ class ThreadPool {
   // consecutive memory (a matmul's row ranges): [0, n) is cut into one contiguous block per
   // thread (the caller's first, worker k's the (k + 1)-th), which each thread runs from its
   // front, in order, as one stream; a thread done with its own block then takes indices from
-  // the back of the others', so a thread that wakes late, runs slow or is descheduled hands its
-  // block's tail to the others instead of keeping them waiting.
+  // the back of the others', so a thread that wakes late or runs slow hands its block's tail to
+  // the others instead of keeping them waiting (an index a thread has started is still its own:
+  // one descheduled in the middle of it is waited for).
   void parallel_for_blocks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
   // Where the caller's time goes, for benchmarks (`ember bench --pool-timing`): per hand-off,
