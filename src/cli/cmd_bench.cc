@@ -22,7 +22,6 @@
 
 #include <sys/resource.h>
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -213,7 +212,26 @@ std::string med_range(const json& s, int digits = 1) {
                      s["min"].get<double>(), digits, s["max"].get<double>(), digits);
 }
 
-// --pool-timing's split of the engine thread's time, per token.
+// --pool-timing's split of the engine thread's time, per token, over the rounds.
+struct PoolRounds {
+  std::vector<double> jobs, run_ms, wait_ms, serial_ms;
+  // One round's timing over `tokens` tokens.
+  void add(const tensor::ThreadPool::Timing& t, double tokens) {
+    jobs.push_back(static_cast<double>(t.jobs) / tokens);
+    run_ms.push_back(static_cast<double>(t.run_ns) / 1e6 / tokens);
+    wait_ms.push_back(static_cast<double>(t.wait_ns) / 1e6 / tokens);
+    serial_ms.push_back(static_cast<double>(t.serial_ns) / 1e6 / tokens);
+  }
+  // Nothing when not timed, or when nothing was handed off (one thread).
+  bool any() const { return !jobs.empty() && stats_of(jobs).max > 0; }
+  json as_json() const {
+    return {{"jobs_per_token", to_json(stats_of(jobs))},
+            {"run_ms_per_token", to_json(stats_of(run_ms))},
+            {"wait_ms_per_token", to_json(stats_of(wait_ms))},
+            {"serial_ms_per_token", to_json(stats_of(serial_ms))}};
+  }
+};
+
 void print_pool(const json& p) {
   std::printf(
       "  engine thread per token: %s ms running its share of %s parallel jobs, %s ms waiting "
@@ -363,10 +381,9 @@ int run(const BenchOptions& o) {
       kv_read_bytes(eng.model_config(), model::kv_type_from_name(o.kv_type).value(),
                     o.depth + 1 + std::max(1, o.decode_tokens) / 2);
   std::vector<double> pre_tps, ttft, dec_tps, dec_gbps, dec_cpu_ms;
-  std::vector<double> pool_jobs, pool_run, pool_wait, pool_serial;  // per forward
+  PoolRounds pool;  // batch-1 decode
   std::vector<std::vector<double>> agg(conc->size());
-  // With --pool-timing, per concurrency: jobs, run, wait and serial per generated token.
-  std::vector<std::array<std::vector<double>, 4>> agg_pool(conc->size());
+  std::vector<PoolRounds> agg_pool(conc->size());  // per concurrency, per generated token
   std::vector<std::vector<double>> gaps(conc->size());
   for (int round = 0; round < o.rounds; ++round) {
     if (o.prompt_tokens > 0) {
@@ -387,11 +404,7 @@ int run(const BenchOptions& o) {
         // Every forward of the request: its one-token prompt's and each decode step's.
         const tensor::ThreadPool::Timing pt = loaded->backend->pool_timing();
         loaded->backend->set_pool_timing(false);
-        const auto n = static_cast<double>((*tr)[0].tokens.size());
-        pool_jobs.push_back(static_cast<double>(pt.jobs) / n);
-        pool_run.push_back(static_cast<double>(pt.run_ns) / 1e6 / n);
-        pool_wait.push_back(static_cast<double>(pt.wait_ns) / 1e6 / n);
-        pool_serial.push_back(static_cast<double>(pt.serial_ns) / 1e6 / n);
+        pool.add(pt, static_cast<double>((*tr)[0].tokens.size()));
       }
       if (!tr) return std::fprintf(stderr, "ember bench: %s\n", tr.message().c_str()), 1;
       const auto& tk = (*tr)[0].tokens;
@@ -411,10 +424,7 @@ int run(const BenchOptions& o) {
         loaded->backend->set_pool_timing(false);
         double n = 0;
         for (const auto& t : *tr) n += static_cast<double>(t.tokens.size());
-        agg_pool[ci][0].push_back(static_cast<double>(pt.jobs) / n);
-        agg_pool[ci][1].push_back(static_cast<double>(pt.run_ns) / 1e6 / n);
-        agg_pool[ci][2].push_back(static_cast<double>(pt.wait_ns) / 1e6 / n);
-        agg_pool[ci][3].push_back(static_cast<double>(pt.serial_ns) / 1e6 / n);
+        agg_pool[ci].add(pt, n);
       }
       if (!tr) return std::fprintf(stderr, "ember bench: %s\n", tr.message().c_str()), 1;
       Clock::time_point start = Clock::time_point::min(), end = start;
@@ -448,12 +458,7 @@ int run(const BenchOptions& o) {
     // The request's CPU time includes its prompt's prefill: per token only without one.
     if (o.depth > 0) d.erase("cpu_ms_per_token");
     // One thread hands nothing off: every forward runs on the engine thread alone.
-    if (!pool_jobs.empty() && stats_of(pool_jobs).max > 0) {
-      d["pool"] = {{"jobs_per_token", to_json(stats_of(pool_jobs))},
-                   {"run_ms_per_token", to_json(stats_of(pool_run))},
-                   {"wait_ms_per_token", to_json(stats_of(pool_wait))},
-                   {"serial_ms_per_token", to_json(stats_of(pool_serial))}};
-    }
+    if (pool.any()) d["pool"] = pool.as_json();
     out["decode"] = d;
   }
   json a = json::array();
@@ -463,13 +468,7 @@ int run(const BenchOptions& o) {
                {"tok_s", to_json(stats_of(agg[ci]))},
                {"inter_token_ms_p50", percentile(gaps[ci], 0.5)},
                {"inter_token_ms_p99", percentile(gaps[ci], 0.99)}};
-    const auto& ap = agg_pool[ci];
-    if (!ap[0].empty() && stats_of(ap[0]).max > 0) {
-      ac["pool"] = {{"jobs_per_token", to_json(stats_of(ap[0]))},
-                    {"run_ms_per_token", to_json(stats_of(ap[1]))},
-                    {"wait_ms_per_token", to_json(stats_of(ap[2]))},
-                    {"serial_ms_per_token", to_json(stats_of(ap[3]))}};
-    }
+    if (agg_pool[ci].any()) ac["pool"] = agg_pool[ci].as_json();
     a.push_back(ac);
   }
   out["aggregate"] = a;

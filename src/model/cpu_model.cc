@@ -441,17 +441,9 @@ void CpuBackend::layer(int32_t il) {
   // thread that computed them (tensor::matmul's rows function).
   const tensor::MatmulOut gate_up[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
   const int64_t F = cfg_.n_ff;
-  const bool gelu = cfg_.arch == Arch::Gemma3;
+  const auto act = cfg_.arch == Arch::Gemma3 ? &tensor::gelu_mul : &tensor::silu_mul;
   tensor::matmul(gate_up, xn_.data(), T, pool_, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* g = &gate_[t * F + r0];
-      const float* u = &up_[t * F + r0];
-      if (gelu) {
-        tensor::gelu_mul(g, u, r1 - r0);
-      } else {
-        tensor::silu_mul(g, u, r1 - r0);
-      }
-    }
+    for (int64_t t = 0; t < T; ++t) act(&gate_[t * F + r0], &up_[t * F + r0], r1 - r0);
   });
   tensor::matmul(l.w_down, gate_.data(), T, o_.data(), pool_);
   per_token([&](int64_t t) {
