@@ -117,10 +117,14 @@ def test_restart_keeps_the_system_prompt_warm_and_answers_like_a_cold_server(
     assert stop(first) == 0
     saved = os.path.join(warm_dir, "ember-warm.kv")
     assert os.path.exists(saved)
-    assert any("warm state saved" in l for l in first.lines), "".join(first.lines)
+    wait_for(lambda: any("warm state saved" in l for l in first.lines),
+             what="'warm state saved' in the log")
 
     second = start_server(long_model, "--warm-cache-dir", warm_dir, *extra)
-    assert any("warm state loaded" in l for l in second.lines), "".join(second.lines)
+    # Logged before the server is ready, but read from its stderr by another thread, which may
+    # not have reached the line when the readiness probe answers (seen once in scripts/test).
+    wait_for(lambda: any("warm state loaded" in l for l in second.lines),
+             what="'warm state loaded' in the second server's log")
     assert second.metric("ember_warm_cache_blocks_loaded") > 0
     got, u2 = chat(second.port, system, question)
     assert got == want
@@ -140,7 +144,8 @@ def test_a_corrupt_warm_file_is_a_warning_and_a_cold_start(start_server, long_mo
     warm_dir.mkdir()
     (warm_dir / "ember-warm.kv").write_bytes(b"EMBERWRM" + b"\x01\x00\x00\x00" + b"\x00" * 40)
     s = start_server(long_model, "--warm-cache-dir", str(warm_dir))
-    assert any("warm state rejected, starting cold" in l for l in s.lines), "".join(s.lines)
+    wait_for(lambda: any("warm state rejected, starting cold" in l for l in s.lines),
+             what="'warm state rejected, starting cold' in the log")
     _, u = chat(s.port, system_prompt(), "Anything?")
     assert u["prompt_tokens_details"]["cached_tokens"] == 0
 
@@ -154,7 +159,8 @@ def test_a_warm_file_of_the_other_kv_type_is_a_logged_cold_start_then_answers_al
     first = start_server(long_model, "--warm-cache-dir", warm_dir, "--kv-type", "f32")
     chat(first.port, system, "Summarize the notes.")
     assert stop_with_sigterm(first) == 0
-    assert any("warm state saved" in l for l in first.lines), "".join(first.lines)
+    wait_for(lambda: any("warm state saved" in l for l in first.lines),
+             what="'warm state saved' in the log")
     second = start_server(long_model, "--warm-cache-dir", warm_dir)  # the default, f16
     rejected = [l for l in second.lines if "warm state rejected, starting cold" in l]
     assert rejected and "KV layout differs" in rejected[0] and "f32" in rejected[0], \
