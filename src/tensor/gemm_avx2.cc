@@ -263,6 +263,13 @@ void pack8(int64_t nb, const uint8_t* w, size_t ws, int nr, uint8_t* buf) {
   }
 }
 
+// An empty asm that takes v in a register and gives it back: the compiler can no longer
+// reassociate the integer sum it accumulates (GCC otherwise computed all of a block's products
+// first and added them as a tree, spilling most of them to the stack).
+inline void keep_in_register(__m256i& v) {
+  asm("" : "+x"(v));
+}
+
 inline __m256i bcast32(const uint8_t* p) {
   int32_t v;
   __builtin_memcpy(&v, p, sizeof v);
@@ -345,7 +352,13 @@ inline void store_lanes(__m256 v, int nr, float* yt) {
 // KB). With all 8T in memory, updated in place per block, kernels_bench at avx2 (Zen 5 VM, 1
 // thread, 8 paired rounds, 8 tokens) was 8.7% slower on Q4_1 640x2048 (126 vs 115.5 us) and
 // 1.5% on Q8_0 2048x640; eight tokens in one pass instead of two fours, 12% slower (the
-// registers spill). Every T computes per
+// registers spill). At T > 1 each token's integer sum is also pinned to its register after every
+// step (keep_in_register): GCC had reassociated the sums, computing a block's 32 products first
+// and spilling most of them to the stack. Pinned, and the phase loop left rolled (6 paired
+// rounds, same host, us): 8 tokens Q4_1 640x2048 135 -> 103, 2048x640 127.5 -> 103.5, Q8_0
+// 2048x640 182.5 -> 141.5; 64 tokens Q4_1 640x2048 984 -> 760, Q8_0 1416 -> 1164; `ember bench
+// -c 8 --simd-level avx2` +16.5% on SmolLM2 (10 rounds, 9 faster) and +15% on Gemma (6 of 6).
+// Every T computes per
 // (row, token) the same exact integers and the same float operations in the same order, so the
 // results are bit-identical whatever the batch. kernels_bench at avx2 on an Intel Xeon (AVX-512
 // host, 1 thread, 2 paired rounds, one token at a time against 4): Q4_1 1536x576 at 64 tokens
@@ -389,6 +402,7 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
         for (int t = 0; t < T; ++t) {
           const __m256i yk = _mm256_sign_epi8(bcast32(q[t] + qo + 4 * k), wk);
           s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ak, yk), ones));
+          if constexpr (T > 1) keep_in_register(s[t]);
         }
       }
     } else {
@@ -403,6 +417,7 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
           EMBER_UNROLL
           for (int t = 0; t < T; ++t) {
             t16[t] = _mm256_add_epi16(t16[t], _mm256_maddubs_epi16(wk, bcast32(q[t] + qo + 4 * k)));
+            if constexpr (T > 1) keep_in_register(t16[t]);
           }
         }
         EMBER_UNROLL
@@ -442,8 +457,9 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
     }
   } else {
     // Several tokens: one phase at a time, so its T accumulators stay in registers (all 8T of
-    // them would not); the group is small enough to stay in L1 across the phases.
-    EMBER_UNROLL
+    // them would not); the group is small enough to stay in L1 across the phases. Not unrolled:
+    // one copy of the body is what the register allocator handles best (kernels_bench below).
+    EMBER_NO_UNROLL
     for (int j = 0; j < kPhases; ++j) {
       __m256 acc[T];
       EMBER_UNROLL

@@ -27,6 +27,8 @@
 // Loops over tile rows / tokens / sub-blocks must unroll completely, or the accumulator arrays
 // live on the stack instead of in registers (GCC -O2 leaves them rolled).
 #define EMBER_UNROLL _Pragma("GCC unroll 16")
+// A loop whose body the register allocator handles best as one copy.
+#define EMBER_NO_UNROLL _Pragma("GCC unroll 1")
 
 namespace ember::tensor::simd {
 namespace {  // NOLINT: deliberately one private copy per including TU (different targets)
