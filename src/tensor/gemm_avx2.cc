@@ -76,13 +76,6 @@ struct IsaAvx2 {
   }
 };
 
-// An empty asm that takes v in a register and gives it back: the compiler can no longer
-// reassociate the integer sum it accumulates (GCC otherwise computed all of a block's products
-// first and added them as a tree, spilling most of them to the stack).
-inline void keep_in_register(__m256i& v) {
-  asm("" : "+x"(v));
-}
-
 // ---- packed paths for prefill ----
 // K-type rows packed once per call (gemm_tiles.h: KPack), then R packed rows x T tokens per
 // kernel call with the accumulators in registers. Per (row, token, super-block) the same
