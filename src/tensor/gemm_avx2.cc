@@ -382,6 +382,12 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
     sa[t] = sides[t].s.data();
     corr[t] = sides[t].corr.data();
   }
+  // From 3 tokens the phases go outside (below); up to 2 the blocks run in memory order, all 8T
+  // accumulators live, the sums not pinned. From memory (kernels_bench at avx2, 2 threads, 5
+  // paired rounds, ms): at 2 tokens memory order was faster, Q8_0 262144x640 5.40 -> 4.46, Q4_1
+  // 131072x576 1.26 -> 1.03 (pinned too: 4.25, 1.11); at 3 tokens slower, 4.65 -> 4.72 and 1.26
+  // -> 1.58; at 8 tokens (two passes of 4) much slower, 10.3 -> 12.2 and 3.76 -> 4.31 (pinned).
+  constexpr bool kPhasesOutside = T >= 3;
   // Block b's term for every token, added to acc[t].
   const auto block = [&](int64_t b, __m256* acc) {
     src.prefetch(b);
@@ -400,7 +406,7 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
         for (int t = 0; t < T; ++t) {
           const __m256i yk = _mm256_sign_epi8(bcast32(q[t] + qo + 4 * k), wk);
           s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ak, yk), ones));
-          if constexpr (T > 1) keep_in_register(s[t]);
+          if constexpr (kPhasesOutside) keep_in_register(s[t]);
         }
       }
     } else {
@@ -415,7 +421,7 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
           EMBER_UNROLL
           for (int t = 0; t < T; ++t) {
             t16[t] = _mm256_add_epi16(t16[t], _mm256_maddubs_epi16(wk, bcast32(q[t] + qo + 4 * k)));
-            if constexpr (T > 1) keep_in_register(t16[t]);
+            if constexpr (kPhasesOutside) keep_in_register(t16[t]);
           }
         }
         EMBER_UNROLL
@@ -438,9 +444,9 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
   };
   // Phase j accumulates blocks j, j + 8, ... (legacy_phase.h's float order).
   __m256 phase[kPhases][T];
-  if constexpr (T == 1) {
-    // One token: blocks in memory order (the weights stream from memory), the eight phases'
-    // accumulators in registers.
+  if constexpr (!kPhasesOutside) {
+    // One or two tokens: blocks in memory order (the weights stream from memory), the eight
+    // phases' accumulators in registers.
     EMBER_UNROLL
     for (auto& row : phase) {
       EMBER_UNROLL
@@ -454,7 +460,7 @@ void packed8_tokens(int64_t nb, const Src& src, const uint8_t* a, size_t as, siz
       }
     }
   } else {
-    // Several tokens: one phase at a time, so its T accumulators stay in registers (all 8T of
+    // Three tokens or more: one phase at a time, so its T accumulators stay in registers (all 8T of
     // them would not); the group is small enough to stay in L1 across the phases. Not unrolled:
     // one copy of the body is what the register allocator handles best (kernels_bench below).
     EMBER_NO_UNROLL
