@@ -345,16 +345,16 @@ inline void store_lanes(__m256 v, int nr, float* yt) {
 // T tokens against 8 rows at src (an interleaved group, or pack8's layout) at once: lane r of
 // token t's result = row r's dot product with token t, stored at y + t * ys (the first nr
 // lanes). Each level vector is loaded (or unpacked) once for the T tokens. The accumulators, 8
-// per token (one per phase), stay in registers: at T = 1 all eight, the blocks in memory order;
-// beyond, one phase's T at a time, the blocks of each phase in turn (from L1: a group is a few
-// KB). With all 8T in memory, updated in place per block, kernels_bench at avx2 (Zen 5 VM, 1
-// thread, 8 paired rounds, 8 tokens) was 8.7% slower on Q4_1 640x2048 (126 vs 115.5 us) and
-// 1.5% on Q8_0 2048x640; eight tokens in one pass instead of two fours, 12% slower (the
-// registers spill). At T > 1 each token's integer sum is also pinned to its register after every
-// step (keep_in_register): GCC had reassociated the sums, computing a block's 32 products first
-// and spilling most of them to the stack. Pinned, and the phase loop left rolled (6 paired
-// rounds, same host, us): 8 tokens Q4_1 640x2048 135 -> 103, 2048x640 127.5 -> 103.5, Q8_0
-// 2048x640 182.5 -> 141.5; 64 tokens Q4_1 640x2048 984 -> 760, Q8_0 1416 -> 1164; `ember bench
+// per token (one per phase), stay in registers: at T = 1 all eight, the blocks in memory order
+// (T = 2 the same: kPhasesOutside below); from 3, one phase's T at a time, the blocks of each
+// phase in turn (from L1: a group is a few KB). With all 8T in memory, updated in place per block,
+// kernels_bench at avx2 (Zen 5 VM, 1 thread, 8 paired rounds, 8 tokens) was 8.7% slower on Q4_1
+// 640x2048 (126 vs 115.5 us) and 1.5% on Q8_0 2048x640; eight tokens in one pass instead of two
+// fours, 12% slower (the registers spill). At T > 1 each token's integer sum is also pinned to its
+// register after every step (keep_in_register): GCC had reassociated the sums, computing a block's
+// 32 products first and spilling most of them to the stack. Pinned, and the phase loop left rolled
+// (6 paired rounds, same host, us): 8 tokens Q4_1 640x2048 135 -> 103, 2048x640 127.5 -> 103.5,
+// Q8_0 2048x640 182.5 -> 141.5; 64 tokens Q4_1 640x2048 984 -> 760, Q8_0 1416 -> 1164; `ember bench
 // -c 8 --simd-level avx2` +16.5% on SmolLM2 (10 rounds, 9 faster) and +15% on Gemma (6 of 6).
 // Every T computes per
 // (row, token) the same exact integers and the same float operations in the same order, so the
