@@ -381,24 +381,34 @@ inline __m512 phase_sum(const __m512* acc) {
                        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
 }
 
-// One token against 16 rows (src: a packed block or an interleaved group) with the phases
-// inside, all 8 accumulators live (decode): lane r of out[0] = row r's dot product.
-template <class U, class Src>
+// NT tokens (1 or 2) against 16 rows (src: a packed block or an interleaved group) with the
+// phases inside, all 8 NT accumulators live, the blocks in memory order (decode): lane r of
+// out[t] = row r's dot product with token t.
+template <class U, int NT, class Src>
 void packed16_token(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
                     const ActSide* const* side, __m512* out) {
-  __m512 acc[kPhases];
+  __m512 acc[kPhases][NT];
   EMBER_UNROLL
-  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (auto& row : acc) {
+    EMBER_UNROLL
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
   for (int64_t g = 0; g < nb; g += kPhases) {
     EMBER_UNROLL
     for (int j = 0; j < kPhases; ++j) {
       const int64_t b = g + j;
       if (b >= nb) break;
       src.prefetch(b);
-      block16<U, 1, Src>(src.tile(b), b, q, q_stride, side, &acc[j]);
+      block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, acc[j]);
     }
   }
-  out[0] = phase_sum(acc);
+  EMBER_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    __m512 v[kPhases];
+    EMBER_UNROLL
+    for (int j = 0; j < kPhases; ++j) v[j] = acc[j][t];
+    out[t] = phase_sum(v);
+  }
 }
 
 // Phases outside, for NT tokens: phase j's blocks (b = j, j + 8, ...) for every token, then
@@ -466,15 +476,21 @@ void token_block16(Kernel kernel, int64_t nb, const Src& src, const uint8_t* a, 
 // 18.4-19.1 ms; Q5_0 1024x640 at 64 355-358 vs 299-307 us. Blocks of 8 were slower than pairs
 // (their 16 integer chains and 8 accumulators spill), blocks of 6 no faster at 8 tokens.
 constexpr int kTokenBlock = 4;
+// Up to this many tokens in a block the phases stay inside and the blocks run in memory order
+// (packed16_token: 8 accumulators per token, 24 of the 32 registers at 3), which streams the
+// weights from memory better than the phases outside: kernels_bench, 2 threads, 5 paired
+// rounds, Q8_0 262144x640 / Q5_0 131072x640 / Q4_1 131072x576 paired ratios at 2 tokens 0.92,
+// 0.71, 0.79 and at 3 tokens 0.83, 0.78, 0.89 (the same at avx2 up to 2 tokens: gemm_avx2.cc).
+constexpr int kMemoryOrderTokens = 3;
 template <class U, class Src>
 void tokens16(int64_t nb, const Src& src, const uint8_t* a, size_t as, size_t nt,
               const ActSide* sides, __mmask16 live, float* y, size_t ys) {
   const size_t q_stride = as / static_cast<size_t>(nb);  // bytes per activation block
   for_token_blocks<kTokenBlock>(nt, [&](auto n, size_t t) {
     constexpr int kN = decltype(n)::value;
-    if constexpr (kN == 1) {
-      token_block16<1>(&packed16_token<U, Src>, nb, src, a + t * as, as, q_stride, sides + t, live,
-                       y + t * ys, ys);
+    if constexpr (kN <= kMemoryOrderTokens) {
+      token_block16<kN>(&packed16_token<U, kN, Src>, nb, src, a + t * as, as, q_stride, sides + t,
+                        live, y + t * ys, ys);
     } else {
       token_block16<kN>(&phased16_tokens<U, kN, Src>, nb, src, a + t * as, as, q_stride, sides + t,
                         live, y + t * ys, ys);
