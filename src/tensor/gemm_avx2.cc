@@ -350,18 +350,17 @@ inline void store_lanes(__m256 v, int nr, float* yt) {
 // phase in turn (from L1: a group is a few KB). With all 8T in memory, updated in place per block,
 // kernels_bench at avx2 (Zen 5 VM, 1 thread, 8 paired rounds, 8 tokens) was 8.7% slower on Q4_1
 // 640x2048 (126 vs 115.5 us) and 1.5% on Q8_0 2048x640; eight tokens in one pass instead of two
-// fours, 12% slower (the registers spill). At T > 1 each token's integer sum is also pinned to its
-// register after every step (keep_in_register): GCC had reassociated the sums, computing a block's
-// 32 products first and spilling most of them to the stack. Pinned, and the phase loop left rolled
-// (6 paired rounds, same host, us): 8 tokens Q4_1 640x2048 135 -> 103, 2048x640 127.5 -> 103.5,
-// Q8_0 2048x640 182.5 -> 141.5; 64 tokens Q4_1 640x2048 984 -> 760, Q8_0 1416 -> 1164; `ember bench
-// -c 8 --simd-level avx2` +16.5% on SmolLM2 (10 rounds, 9 faster) and +15% on Gemma (6 of 6).
-// Every T computes per
-// (row, token) the same exact integers and the same float operations in the same order, so the
-// results are bit-identical whatever the batch. kernels_bench at avx2 on an Intel Xeon (AVX-512
-// host, 1 thread, 2 paired rounds, one token at a time against 4): Q4_1 1536x576 at 64 tokens
-// 857-871 vs 808-828 us, Q4_1 131072x576 at 8 tokens 10.6-11.1 vs 10.4-10.6 ms, Q8_0
-// 262144x640 at 8 tokens 40.7-40.8 vs 39.5-40.6 ms: the loads were not what bound it; the
+// fours, 12% slower (the registers spill). From T = 3 each token's integer sum is also pinned to
+// its register after every step (keep_in_register): GCC had reassociated the sums, computing a
+// block's 32 products first and spilling most of them to the stack. Pinned, and the phase loop left
+// rolled (6 paired rounds, same host, us): 8 tokens Q4_1 640x2048 135 -> 103, 2048x640 127.5 ->
+// 103.5, Q8_0 2048x640 182.5 -> 141.5; 64 tokens Q4_1 640x2048 984 -> 760, Q8_0 1416 -> 1164;
+// `ember bench -c 8 --simd-level avx2` +16.5% on SmolLM2 (10 rounds, 9 faster) and +15% on Gemma (6
+// of 6). Every T computes per (row, token) the same exact integers and the same float operations in
+// the same order, so the results are bit-identical whatever the batch. kernels_bench at avx2 on an
+// Intel Xeon (AVX-512 host, 1 thread, 2 paired rounds, one token at a time against 4): Q4_1
+// 1536x576 at 64 tokens 857-871 vs 808-828 us, Q4_1 131072x576 at 8 tokens 10.6-11.1 vs 10.4-10.6
+// ms, Q8_0 262144x640 at 8 tokens 40.7-40.8 vs 39.5-40.6 ms: the loads were not what bound it; the
 // vector ALU work per block (maddubs, its int16 sums, and the per-block float terms that keep
 // every path's order) is.
 template <class U, int T, class Src>

@@ -381,9 +381,9 @@ inline __m512 phase_sum(const __m512* acc) {
                        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])));
 }
 
-// NT tokens (1 or 2) against 16 rows (src: a packed block or an interleaved group) with the
-// phases inside, all 8 NT accumulators live, the blocks in memory order (decode): lane r of
-// out[t] = row r's dot product with token t.
+// NT tokens (1 to kMemoryOrderTokens) against 16 rows (src: a packed block or an interleaved
+// group) with the phases inside, all 8 NT accumulators live, the blocks in memory order
+// (decode): lane r of out[t] = row r's dot product with token t.
 template <class U, int NT, class Src>
 void packed16_token(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
                     const ActSide* const* side, __m512* out) {
