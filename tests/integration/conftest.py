@@ -113,8 +113,15 @@ class Server:
     def signal(self, sig):
         self.proc.send_signal(sig)
 
+    def _drain_log(self):
+        # The process has exited: its stderr ends, so once the reader has seen the end, `lines`
+        # holds everything it logged (log checks after an exit need no waiting).
+        self._reader.join(10)
+
     def wait_exit(self, timeout=60):
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._drain_log()
+        return code
 
     def stop(self):
         if self.proc.poll() is None:
@@ -124,6 +131,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._drain_log()
 
 
 def parse_metric(text, name, labels):

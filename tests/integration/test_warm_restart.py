@@ -117,8 +117,7 @@ def test_restart_keeps_the_system_prompt_warm_and_answers_like_a_cold_server(
     assert stop(first) == 0
     saved = os.path.join(warm_dir, "ember-warm.kv")
     assert os.path.exists(saved)
-    wait_for(lambda: any("warm state saved" in l for l in first.lines),
-             what="'warm state saved' in the log")
+    assert any("warm state saved" in l for l in first.lines), "".join(first.lines)
 
     second = start_server(long_model, "--warm-cache-dir", warm_dir, *extra)
     # Logged before the server is ready, but read from its stderr by another thread, which may
@@ -159,9 +158,11 @@ def test_a_warm_file_of_the_other_kv_type_is_a_logged_cold_start_then_answers_al
     first = start_server(long_model, "--warm-cache-dir", warm_dir, "--kv-type", "f32")
     chat(first.port, system, "Summarize the notes.")
     assert stop_with_sigterm(first) == 0
-    wait_for(lambda: any("warm state saved" in l for l in first.lines),
-             what="'warm state saved' in the log")
+    assert any("warm state saved" in l for l in first.lines), "".join(first.lines)
     second = start_server(long_model, "--warm-cache-dir", warm_dir)  # the default, f16
+    # Read from its stderr by another thread (see the first test).
+    wait_for(lambda: any("warm state rejected, starting cold" in l for l in second.lines),
+             what="'warm state rejected, starting cold' in the second server's log")
     rejected = [l for l in second.lines if "warm state rejected, starting cold" in l]
     assert rejected and "KV layout differs" in rejected[0] and "f32" in rejected[0], \
         "".join(second.lines)
