@@ -207,6 +207,46 @@ int64_t kv_read_bytes(const model::ModelConfig& c, model::KvType type, int64_t l
   return bytes;
 }
 
+// The batch-1 decode in chunks of kSampledChunk tokens (one request each, timed from its first
+// token to its last) with one bandwidth sample before the first chunk and after every chunk;
+// per round the decode's GB/s, the samples' time-weighted mean and their ratio. Null when the
+// sampler has no memory.
+constexpr int32_t kSampledChunk = 16;
+
+Result<json> sampled_decode(engine::Engine& eng, int threads, int64_t weight_bytes,
+                            model::KvType kv_type, int32_t decode_tokens, int rounds) {
+  tensor::BandwidthSampler sampler(threads);
+  if (!sampler.ok()) return json();
+  const int32_t chunks = std::max(1, decode_tokens / kSampledChunk);
+  const int64_t kv = kv_read_bytes(eng.model_config(), kv_type, 1 + kSampledChunk / 2);
+  std::vector<double> gbps, probe, fraction;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<tensor::SampledStretch> stretches;
+    double before = sampler.sample();
+    for (int32_t c = 0; c < chunks; ++c) {
+      auto tr = run_requests(eng, 1, 1, kSampledChunk + 1, 200 + round * chunks + c);
+      if (!tr) return fail("{}", tr.message());
+      const auto& tk = (*tr)[0].tokens;
+      const double after = sampler.sample();
+      stretches.push_back(
+          {.seconds = ms_since(tk.front(), tk.back()) / 1000.0,
+           .bytes = static_cast<double>(weight_bytes + kv) * static_cast<double>(tk.size() - 1),
+           .gbps_before = before,
+           .gbps_after = after});
+      before = after;
+    }
+    const tensor::SampledRate r = tensor::combine_samples(stretches);
+    gbps.push_back(r.gbps);
+    probe.push_back(r.probe_gbps);
+    fraction.push_back(r.fraction);
+  }
+  return json{{"chunks", chunks},
+              {"chunk_tokens", kSampledChunk},
+              {"gbps", to_json(stats_of(gbps))},
+              {"probe_gbps", to_json(stats_of(probe))},
+              {"fraction", to_json(stats_of(fraction))}};
+}
+
 std::string med_range(const json& s, int digits = 1) {
   return fmt::format("{:.{}f} [{:.{}f}-{:.{}f}]", s["median"].get<double>(), digits,
                      s["min"].get<double>(), digits, s["max"].get<double>(), digits);
@@ -276,6 +316,18 @@ void print_text(const json& o) {
     }
     std::printf("\n");
     if (d.contains("pool")) print_pool(d["pool"]);
+    if (d.contains("sampled")) {
+      const json& sd = d["sampled"];
+      std::printf(
+          "  in %d chunks of %d tokens with the bandwidth sampled around each: %s GB/s, %s%% of "
+          "the %s GB/s sampled\n",
+          sd["chunks"].get<int>(), sd["chunk_tokens"].get<int>(), med_range(sd["gbps"], 2).c_str(),
+          fmt::format("{:.0f} [{:.0f}-{:.0f}]", 100 * sd["fraction"]["median"].get<double>(),
+                      100 * sd["fraction"]["min"].get<double>(),
+                      100 * sd["fraction"]["max"].get<double>())
+              .c_str(),
+          med_range(sd["probe_gbps"]).c_str());
+    }
   }
   for (const auto& a : o["aggregate"]) {
     std::printf(
@@ -473,6 +525,16 @@ int run(const BenchOptions& o) {
   }
   out["aggregate"] = a;
   out["peak_rss_bytes"] = peak_rss_bytes();
+  // After the peak RSS (the sampler's buffers are not the model's) and before the probe, the
+  // batch-1 decode again in chunks with the bandwidth sampled around each (tensor/membw.h,
+  // BandwidthSampler): its rate against what the host gave while it ran.
+  if (!o.no_bandwidth && o.decode_tokens > 1 && o.depth == 0 && out.contains("decode")) {
+    auto sampled =
+        sampled_decode(eng, threads, loaded->decode_bytes,
+                       model::kv_type_from_name(o.kv_type).value(), o.decode_tokens, o.rounds);
+    if (!sampled) return std::fprintf(stderr, "ember bench: %s\n", sampled.message().c_str()), 1;
+    if (!sampled->is_null()) out["decode"]["sampled"] = *sampled;
+  }
   measure_bandwidth();
   if (bw.all_gbps > 0 && out.contains("decode")) {
     out["decode"]["fraction_of_bandwidth"] =

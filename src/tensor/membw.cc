@@ -134,6 +134,52 @@ double read_together(const std::vector<const uint8_t*>& bufs, size_t bytes, int 
 
 }  // namespace detail
 
+struct BandwidthSampler::Impl {
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  std::vector<const uint8_t*> ptrs;
+  size_t bytes = 0;
+};
+
+BandwidthSampler::BandwidthSampler(int threads, int64_t bytes_per_thread)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->bytes =
+      (static_cast<size_t>(std::max<int64_t>(bytes_per_thread, 1 << 20)) + 4095) & ~size_t{4095};
+  for (int t = 0; t < std::max(1, threads); ++t) {
+    impl_->bufs.push_back(std::make_unique<Buffer>(impl_->bytes));
+    if (impl_->bufs.back()->p == nullptr) {
+      impl_->ptrs.clear();
+      return;
+    }
+    impl_->ptrs.push_back(impl_->bufs.back()->p);
+  }
+}
+
+BandwidthSampler::~BandwidthSampler() = default;
+
+bool BandwidthSampler::ok() const {
+  return !impl_->ptrs.empty();
+}
+
+double BandwidthSampler::sample() {
+  if (!ok()) return 0;
+  return detail::read_together(impl_->ptrs, impl_->bytes, 1, read_fn(), nullptr);
+}
+
+SampledRate combine_samples(std::span<const SampledStretch> stretches) {
+  double seconds = 0, bytes = 0, probe_weighted = 0;
+  for (const SampledStretch& s : stretches) {
+    seconds += s.seconds;
+    bytes += s.bytes;
+    probe_weighted += s.seconds * (s.gbps_before + s.gbps_after) / 2;
+  }
+  SampledRate r;
+  if (seconds <= 0) return r;
+  r.gbps = bytes / seconds / 1e9;
+  r.probe_gbps = probe_weighted / seconds;
+  if (r.probe_gbps > 0) r.fraction = r.gbps / r.probe_gbps;
+  return r;
+}
+
 ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread, int passes) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const size_t bytes =

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 namespace ember::tensor {
@@ -20,6 +22,42 @@ struct ReadBandwidth {
 // threads <= 0: all cores. bytes_per_thread: buffer each thread reads (rounded to 4 KiB).
 ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread = 256 << 20,
                                      int passes = 5);
+
+// The host's bandwidth sampled around pieces of other work, for a work rate read against the
+// bandwidth the host gave while that work ran rather than against a best pass taken apart from
+// it. On a shared VM the two-thread rate can double for a few hundred milliseconds when the
+// neighbours go quiet (BENCHMARKS.md, fourteenth session); a best-of-five probe catches such a
+// window whenever one of its passes falls in it, while a 128-token decode beside it may not.
+// Buffers are allocated and faulted in once; each sample() is one pass of every thread at once
+// over its own buffer (no best-of), in GB/s, timed as measure_read_bandwidth times a pass.
+class BandwidthSampler {
+ public:
+  explicit BandwidthSampler(int threads, int64_t bytes_per_thread = 64 << 20);
+  ~BandwidthSampler();
+  BandwidthSampler(const BandwidthSampler&) = delete;
+  BandwidthSampler& operator=(const BandwidthSampler&) = delete;
+  bool ok() const;  // false: no memory for the buffers
+  double sample();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A stretch of work with the bandwidth samples taken just before and just after it.
+struct SampledStretch {
+  double seconds = 0;
+  double bytes = 0;  // read by the work in the stretch
+  double gbps_before = 0, gbps_after = 0;
+};
+
+struct SampledRate {
+  double gbps = 0;        // the work's bytes over its time, all stretches together
+  double probe_gbps = 0;  // each stretch's two samples averaged, weighted by its time
+  double fraction = 0;    // gbps / probe_gbps (0 without samples)
+};
+
+SampledRate combine_samples(std::span<const SampledStretch> stretches);
 
 namespace detail {
 // The timed core, with the read loop given (tests): one thread per buffer, started together;

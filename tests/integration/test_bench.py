@@ -103,3 +103,25 @@ def test_bench_pool_timing_splits_decode_time_across_the_engine_threads_work(emb
     assert "pool" not in d1
     p = subprocess.run(base + ["-d", "64"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--pool-timing" in p.stderr and "-d" in p.stderr, p.stderr
+
+
+def test_bench_reads_a_chunked_decode_against_the_bandwidth_sampled_around_it(ember, tmp_path):
+    """With the probe on, the batch-1 decode runs again in chunks of 16 tokens with one bandwidth
+    sample before the first and after each (`decode.sampled`): its GB/s over the samples'
+    time-weighted mean is its fraction. Not with -d (each chunk would prefill the depth again)
+    nor with --no-bandwidth."""
+    model = _fixture(ember, tmp_path)
+    base = [ember, "bench", "-m", model, "-t", "2", "-p", "0", "-n", "40", "-c", "", "-r", "1",
+            "--json"]
+    r = json.loads(subprocess.run(base, check=True, capture_output=True, text=True,
+                                  timeout=180).stdout)
+    s = r["decode"]["sampled"]
+    assert s["chunks"] == 2 and s["chunk_tokens"] == 16
+    gbps, probe, frac = (s[k]["median"] for k in ("gbps", "probe_gbps", "fraction"))
+    assert gbps > 0 and probe > 0
+    assert abs(frac - gbps / probe) <= 1e-9 * frac, (frac, gbps, probe)
+    assert r["bandwidth"]["all_gbps"] > 0 and "fraction_of_bandwidth" in r["decode"]
+    for extra in (["-d", "8"], ["--no-bandwidth"]):
+        r = json.loads(subprocess.run(base + extra, check=True, capture_output=True, text=True,
+                                      timeout=180).stdout)
+        assert "sampled" not in r["decode"], extra
