@@ -55,8 +55,10 @@ std::vector<int64_t> sizes_for(DType t) {
 TEST(QuantSimd, reports_the_best_instruction_set_by_default) {
   SimdOn guard;
   const auto level = simd_level();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 16's __builtin_cpu_supports knows no "f16c".
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  const bool f16c = __get_cpuid(1, &a1, &b1, &c1, &d1) && (c1 & (1u << 29)) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   const bool vnni = avx2 && __builtin_cpu_supports("avx512f") &&
                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                     __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
