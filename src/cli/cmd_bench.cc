@@ -1,12 +1,15 @@
 // `ember bench`: measures one model on this host through the engine, the path requests take.
 //  - read bandwidth of the host (one thread and `threads` threads; tensor/membw.h), measured
-//    first so every rate below can be read as a fraction of it;
+//    last (its buffers are not the model's peak RSS) so every rate can be read as a fraction
+//    of it;
 //  - load time (open + bind weights) and peak RSS;
 //  - prefill: one request with an N-token prompt and max_tokens 1 (tok/s = N / time to first
 //    token; that time is also the TTFT);
 //  - decode at batch 1: one request with a 1-token prompt generating D tokens (llama-bench's
 //    tg: every token after the first over the time after the first), and the weight bytes
 //    streamed per token divided by the time per token (achieved GB/s);
+//  - the batch-1 decode again as 16-token requests with the bandwidth sampled around each, read
+//    against the samples' time-weighted mean (decode.sampled; tensor/membw.h, BandwidthSampler);
 //  - aggregate decode at each concurrency c: c requests submitted together, tokens produced
 //    after the last stream started decoding over the time until the last one finished, and
 //    the inter-token gaps of every stream (p50 / p99).
@@ -210,7 +213,9 @@ int64_t kv_read_bytes(const model::ModelConfig& c, model::KvType type, int64_t l
 // The batch-1 decode in chunks of kSampledChunk tokens (one request each, timed from its first
 // token to its last) with one bandwidth sample before the first chunk and after every chunk;
 // per round the decode's GB/s, the samples' time-weighted mean and their ratio. Null when the
-// sampler has no memory.
+// sampler has no memory. Each sample is the second of two passes: the first right after a
+// chunk read 3.6% lower than the next (paired median, 72 pairs on the Zen 5 host; cause not
+// established), which would flatter the fraction.
 constexpr int32_t kSampledChunk = 16;
 
 Result<json> sampled_decode(engine::Engine& eng, int threads, int64_t weight_bytes,
@@ -222,11 +227,13 @@ Result<json> sampled_decode(engine::Engine& eng, int threads, int64_t weight_byt
   std::vector<double> gbps, probe, fraction;
   for (int round = 0; round < rounds; ++round) {
     std::vector<tensor::SampledStretch> stretches;
+    sampler.sample();
     double before = sampler.sample();
     for (int32_t c = 0; c < chunks; ++c) {
       auto tr = run_requests(eng, 1, 1, kSampledChunk + 1, 200 + round * chunks + c);
       if (!tr) return fail("{}", tr.message());
       const auto& tk = (*tr)[0].tokens;
+      sampler.sample();
       const double after = sampler.sample();
       stretches.push_back(
           {.seconds = ms_since(tk.front(), tk.back()) / 1000.0,
