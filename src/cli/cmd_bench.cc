@@ -254,9 +254,11 @@ Result<json> sampled_decode(engine::Engine& eng, int threads, int64_t weight_byt
               {"fraction", to_json(stats_of(fraction))}};
 }
 
-std::string med_range(const json& s, int digits = 1) {
-  return fmt::format("{:.{}f} [{:.{}f}-{:.{}f}]", s["median"].get<double>(), digits,
-                     s["min"].get<double>(), digits, s["max"].get<double>(), digits);
+// "median [min-max]" of a to_json(Stats), each times `scale` (100: a fraction as a percentage).
+std::string med_range(const json& s, int digits = 1, double scale = 1) {
+  return fmt::format("{:.{}f} [{:.{}f}-{:.{}f}]", scale * s["median"].get<double>(), digits,
+                     scale * s["min"].get<double>(), digits, scale * s["max"].get<double>(),
+                     digits);
 }
 
 // --pool-timing's split of the engine thread's time, per token, over the rounds.
@@ -329,11 +331,7 @@ void print_text(const json& o) {
           "  in %d chunks of %d tokens with the bandwidth sampled around each: %s GB/s, %s%% of "
           "the %s GB/s sampled\n",
           sd["chunks"].get<int>(), sd["chunk_tokens"].get<int>(), med_range(sd["gbps"], 2).c_str(),
-          fmt::format("{:.0f} [{:.0f}-{:.0f}]", 100 * sd["fraction"]["median"].get<double>(),
-                      100 * sd["fraction"]["min"].get<double>(),
-                      100 * sd["fraction"]["max"].get<double>())
-              .c_str(),
-          med_range(sd["probe_gbps"]).c_str());
+          med_range(sd["fraction"], 0, 100).c_str(), med_range(sd["probe_gbps"]).c_str());
     }
   }
   for (const auto& a : o["aggregate"]) {

@@ -80,16 +80,8 @@ struct Buffer {
   uint8_t* p = nullptr;
 };
 
-// Best rate over `passes` passes of `threads` threads reading their buffers at once.
-double run(int threads, size_t bytes, int passes) {
-  std::vector<std::unique_ptr<Buffer>> bufs;
-  std::vector<const uint8_t*> ptrs;
-  for (int t = 0; t < threads; ++t) {
-    bufs.push_back(std::make_unique<Buffer>(bytes));
-    if (bufs.back()->p == nullptr) return 0;
-    ptrs.push_back(bufs.back()->p);
-  }
-  return detail::read_together(ptrs, bytes, passes, read_fn(), nullptr);
+size_t round_bytes(int64_t bytes_per_thread) {
+  return (static_cast<size_t>(std::max<int64_t>(bytes_per_thread, 1 << 20)) + 4095) & ~size_t{4095};
 }
 
 }  // namespace
@@ -142,8 +134,7 @@ struct BandwidthSampler::Impl {
 
 BandwidthSampler::BandwidthSampler(int threads, int64_t bytes_per_thread)
     : impl_(std::make_unique<Impl>()) {
-  impl_->bytes =
-      (static_cast<size_t>(std::max<int64_t>(bytes_per_thread, 1 << 20)) + 4095) & ~size_t{4095};
+  impl_->bytes = round_bytes(bytes_per_thread);
   for (int t = 0; t < std::max(1, threads); ++t) {
     impl_->bufs.push_back(std::make_unique<Buffer>(impl_->bytes));
     if (impl_->bufs.back()->p == nullptr) {
@@ -160,9 +151,9 @@ bool BandwidthSampler::ok() const {
   return !impl_->ptrs.empty();
 }
 
-double BandwidthSampler::sample() {
+double BandwidthSampler::sample(int passes) {
   if (!ok()) return 0;
-  return detail::read_together(impl_->ptrs, impl_->bytes, 1, read_fn(), nullptr);
+  return detail::read_together(impl_->ptrs, impl_->bytes, passes, read_fn(), nullptr);
 }
 
 SampledRate combine_samples(std::span<const SampledStretch> stretches) {
@@ -182,13 +173,12 @@ SampledRate combine_samples(std::span<const SampledStretch> stretches) {
 
 ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread, int passes) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const size_t bytes =
-      (static_cast<size_t>(std::max<int64_t>(bytes_per_thread, 1 << 20)) + 4095) & ~size_t{4095};
   ReadBandwidth r;
   r.threads = threads;
-  r.bytes_per_thread = static_cast<int64_t>(bytes);
-  r.single_gbps = run(1, bytes, passes);
-  r.all_gbps = threads == 1 ? r.single_gbps : run(threads, bytes, passes);
+  r.bytes_per_thread = static_cast<int64_t>(round_bytes(bytes_per_thread));
+  r.single_gbps = BandwidthSampler(1, bytes_per_thread).sample(passes);
+  r.all_gbps =
+      threads == 1 ? r.single_gbps : BandwidthSampler(threads, bytes_per_thread).sample(passes);
   return r;
 }
 

@@ -28,16 +28,17 @@ ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread = 256
 // it. On a shared VM the two-thread rate can double for a few hundred milliseconds when the
 // neighbours go quiet (BENCHMARKS.md, fourteenth session); a best-of-five probe catches such a
 // window whenever one of its passes falls in it, while a 128-token decode beside it may not.
-// Buffers are allocated and faulted in once; each sample() is one pass of every thread at once
-// over its own buffer (no best-of), in GB/s, timed as measure_read_bandwidth times a pass.
+// Buffers are allocated and faulted in once; each sample() is the best of `passes` passes (one by
+// default: no best-of) of every thread at once over its own buffer, in GB/s, a pass timed from
+// the threads' common start to the last one's end (measure_read_bandwidth is two of these).
 class BandwidthSampler {
  public:
   explicit BandwidthSampler(int threads, int64_t bytes_per_thread = 64 << 20);
   ~BandwidthSampler();
   BandwidthSampler(const BandwidthSampler&) = delete;
   BandwidthSampler& operator=(const BandwidthSampler&) = delete;
-  bool ok() const;  // false: no memory for the buffers
-  double sample();
+  bool ok() const;  // false: no memory for the buffers (sample() then reads 0)
+  double sample(int passes = 1);
 
  private:
   struct Impl;
