@@ -554,11 +554,11 @@ void unpack8(int64_t nb, const FromInterleaved8<U>& src, uint8_t* buf) {
 constexpr int64_t kUnpack8Tokens = 64;
 template <class U>
 void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a,
-                                size_t as, int64_t nt, float* y, size_t ys) {
+                                size_t as, int64_t nt, const void* prep, float* y, size_t ys) {
   using P = Phase<U, IsaAvx2>;
   const int64_t nb = n / kQK;
   const size_t nts = static_cast<size_t>(nt);
-  const ActSide* sides = act_sides<U, IsaAvx2>(nb, a, as, nts);
+  const auto* sides = static_cast<const ActSide*>(prep);
   const size_t group_bytes = static_cast<size_t>(nb) * FromInterleaved8<U>::kTile;
   const bool unpack = nt > 1 && (FromInterleaved8<U>::kQh || nt >= kUnpack8Tokens);
   thread_local std::vector<uint8_t> buf;
@@ -584,6 +584,7 @@ template <class U>
 void add_interleaved_avx2(KernelOverrides* o, DType t) {
   GemmKernel& g = o->gemm[static_cast<size_t>(t)];
   g.interleaved_run = &phase_interleaved_run_avx2<U>;
+  g.interleaved_prepare = &prepare_sides<U, IsaAvx2>;
   g.interleave_rows = kLanes;
 }
 

@@ -224,13 +224,23 @@ template <class U, class Isa>
 }
 
 // The activation side of nt tokens (a + t * as), once per call (a matmul task), in the thread's
-// scratch.
-template <class U, class Isa>
+// scratch (one per Scratch: the same template's other instantiations do not touch it).
+struct TaskScratch;
+template <class U, class Isa, class Scratch = TaskScratch>
 const ActSide* act_sides(int64_t nb, const uint8_t* a, size_t as, size_t nt) {
   thread_local std::vector<ActSide> sides;
   if (sides.size() < nt) sides.resize(nt);
   for (size_t t = 0; t < nt; ++t) act_side<U, Isa>(nb, a + t * as, &sides[t]);
   return sides.data();
+}
+
+// The same for a whole matmul (GemmKernel::interleaved_prepare): computed by the caller before
+// the tasks start and read by all of them, in scratch of its own (the tasks' is rewritten by
+// any task that runs on the caller's thread).
+struct MatmulScratch;
+template <class U, class Isa>
+const void* prepare_sides(int64_t n, const uint8_t* a, size_t as, int64_t nt) {
+  return act_sides<U, Isa, MatmulScratch>(n / kQK, a, as, static_cast<size_t>(nt));
 }
 
 template <class U, class Isa>

@@ -50,6 +50,7 @@ struct Product {
   simd::GemmKernel g;
   int64_t unit_rows = 1;  // rows per unit
   int64_t units = 0, min_units = 1;
+  const void* prep = nullptr;  // kInterleaved: g.interleaved_prepare's result for a
 };
 
 Product plan(const Matrix& w, float* y, const uint8_t* a, int64_t n_tokens) {
@@ -122,7 +123,7 @@ void run(const Product& p, int64_t u0, int64_t u1) {
     case Mode::kInterleaved: {
       const int64_t r0 = u0 * p.unit_rows, r1 = u1 * p.unit_rows;  // whole groups
       g.interleaved_run(cols, wb + static_cast<size_t>(r0) * wrb, r1 - r0, p.a, arb, p.n_tokens,
-                        p.y + r0, ys);
+                        p.prep, p.y + r0, ys);
       return;
     }
     case Mode::kDeinterleave: {
@@ -239,6 +240,22 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
   std::array<Product, kMaxMatmulOuts> products;
   for (size_t i = 0; i < outs.size(); ++i) {
     products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
+  }
+  // The interleaved kernels' work on the activations, once per matmul here rather than once per
+  // task: products of one kernel type share one activation copy, so one preparation.
+  for (size_t i = 0; i < outs.size(); ++i) {
+    Product& p = products[i];
+    if (p.mode != Mode::kInterleaved) continue;
+    EMBER_ASSERT(p.g.interleaved_prepare != nullptr);
+    for (size_t j = 0; j < i && p.prep == nullptr; ++j) {
+      if (products[j].mode == Mode::kInterleaved &&
+          products[j].g.interleaved_prepare == p.g.interleaved_prepare && products[j].a == p.a) {
+        p.prep = products[j].prep;
+      }
+    }
+    if (p.prep == nullptr) {
+      p.prep = p.g.interleaved_prepare(p.w->cols, p.a, p.a_row_bytes, n_tokens);
+    }
   }
   const std::span<const Product> ps(products.data(), outs.size());
   for (const Product& p : ps) EMBER_ASSERT(then == nullptr || p.w->rows == ps[0].w->rows);

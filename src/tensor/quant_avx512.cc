@@ -544,10 +544,10 @@ void unpack16(int64_t nb, const FromInterleaved<U>& src, uint8_t* buf) {
 // at 64 tokens 753 vs 864).
 template <class U>
 void phase_interleaved_run(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a, size_t as,
-                           int64_t nt, float* y, size_t ys) {
+                           int64_t nt, const void* prep, float* y, size_t ys) {
   const int64_t nb = n / kQK;
   const size_t nts = static_cast<size_t>(nt);
-  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, nts);
+  const auto* sides = static_cast<const ActSide*>(prep);
   const size_t group_bytes = static_cast<size_t>(nb) * FromInterleaved<U>::kTile;
   const bool unpack = FromInterleaved<U>::kQh && nt >= kUnpackTokens;
   thread_local std::vector<uint8_t> buf;
@@ -580,6 +580,7 @@ template <class U>
 void add_interleaved(KernelOverrides* o, DType t) {
   GemmKernel& g = o->gemm[static_cast<size_t>(t)];
   g.interleaved_run = &phase_interleaved_run<U>;
+  g.interleaved_prepare = &prepare_sides<U, IsaAvx512Vnni>;
   g.interleave_rows = kLanes;
 }
 
@@ -679,15 +680,15 @@ constexpr int64_t kAmxMinTokens = 16;
 
 template <class U>
 void amx_interleaved_run(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a, size_t as,
-                         int64_t nt, float* y, size_t ys) {
+                         int64_t nt, const void* prep, float* y, size_t ys) {
   if (nt < kAmxMinTokens) {
-    phase_interleaved_run<U>(n, w, nrows, a, as, nt, y, ys);
+    phase_interleaved_run<U>(n, w, nrows, a, as, nt, prep, y, ys);
     return;
   }
   const int64_t nb = n / kQK;
   const size_t nbs = static_cast<size_t>(nb), nts = static_cast<size_t>(nt);
   const size_t q_stride = as / nbs;
-  const ActSide* sides = act_sides<U, IsaAvx512Vnni>(nb, a, as, nts);
+  const auto* sides = static_cast<const ActSide*>(prep);
   const size_t group_bytes = nbs * FromInterleaved<U>::kTile;
   thread_local std::vector<uint8_t> buf;
   if (buf.size() < nbs * kPackedBlock) buf.resize(nbs * kPackedBlock);

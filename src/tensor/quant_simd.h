@@ -47,9 +47,17 @@ using PackedRunFn = void (*)(int64_t n, const uint8_t* w, size_t w_stride, int64
 // Optional path for weights in the interleaved layout (tensor/interleave.h) with
 // interleave_rows rows per group: w is the first of nrows / interleave_rows whole groups;
 // y[t * y_stride + r] for r < nrows, t < nt, any nt >= 1 (decode too). Bit-identical to the
-// level's tile for each (row, token).
+// level's tile for each (row, token). `prep` is interleaved_prepare's result for the same a,
+// a_stride and nt (and n): the per-token work on the activations, done once per matmul by its
+// caller and read by every task, instead of once per task.
 using InterleavedRunFn = void (*)(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a,
-                                  size_t a_stride, int64_t nt, float* y, size_t y_stride);
+                                  size_t a_stride, int64_t nt, const void* prep, float* y,
+                                  size_t y_stride);
+// Prepares the activations a (nt tokens, a_stride apart, n columns) for interleaved_run into
+// the calling thread's scratch for the kernel's type; the result stays valid, and unchanged,
+// until the next call for the same type on the same thread.
+using InterleavedPrepareFn = const void* (*)(int64_t n, const uint8_t* a, size_t a_stride,
+                                             int64_t nt);
 struct GemmKernel {
   GemmTile tile = nullptr;
   int max_rows = 0;
@@ -62,7 +70,8 @@ struct GemmKernel {
   int pack_rows = 0;
   PackedRunFn packed_run = nullptr;            // instead of pack + packed (with pack_rows)
   int pack_min_tokens = 0;                     // below this, the plain tiles
-  InterleavedRunFn interleaved_run = nullptr;  // with interleave_rows
+  InterleavedRunFn interleaved_run = nullptr;  // with interleave_rows and interleaved_prepare
+  InterleavedPrepareFn interleaved_prepare = nullptr;
   int interleave_rows = 0;
   bool has_packed() const { return packed != nullptr || packed_run != nullptr; }
 };

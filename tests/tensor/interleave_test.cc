@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "tensor/matmul.h"
@@ -119,6 +120,53 @@ TEST(Interleave, a_matmul_over_it_is_the_plain_matrix_result_bit_for_bit_at_ever
   }
 }
 
+// matmul prepares the activations for the interleaved kernels once per call, and once for all
+// the products of one type in a call: a later call of the same shape with other activations
+// reads its own, and products of two types (two activation copies) in one call each read theirs.
+TEST(Interleave, each_matmul_call_reads_its_own_activations_in_every_product) {
+  RestoreBestLevel restore;
+  ThreadPool pool(2);
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    for (DType t : kTypes) {
+      const DType other = t == DType::Q8_0 ? DType::Q4_1 : DType::Q8_0;  // another activation type
+      const int32_t lanes = active_gemm_kernel(t).interleave_rows;
+      if (lanes == 0 || active_gemm_kernel(other).interleave_rows != lanes) continue;
+      const int64_t rows = 4 * lanes, cols = 18 * block_elems(t);
+      // The fourth runs in the plain layout, whose tasks compute the activation side
+      // themselves, on every thread: in scratch apart from the prepared side the others read
+      // (one scratch for both would race with them: TSan runs this test).
+      const Quantized q[] = {make(t, rows, cols, lanes, 1), make(t, rows, cols, lanes, 2),
+                             make(other, rows, cols, lanes, 3), make(t, rows, cols, lanes, 4)};
+      for (int64_t n_tokens : {1, 3, 8}) {
+        // Seeds 7 and 8: one product, twice the same call but for the activations; 9 and 10:
+        // all four products in one call.
+        for (uint32_t seed : {7u, 8u, 9u, 10u}) {
+          const int np = seed < 9 ? 1 : 4;
+          const auto x = random_floats(n_tokens * cols, seed, 2.0f);
+          const size_t n = static_cast<size_t>(rows * n_tokens);
+          std::vector<float> got[4], want[4];
+          MatmulOut outs[4];
+          Matrix inter[4];
+          for (int i = 0; i < np; ++i) {
+            got[i].assign(n, NAN);
+            want[i].assign(n, NAN);
+            inter[i] = q[i].matrix(i < 3 ? lanes : 0);
+            outs[i] = {&inter[i], got[i].data()};
+            matmul(q[i].matrix(0), x.data(), n_tokens, want[i].data(), pool);
+          }
+          matmul(std::span<const MatmulOut>(outs, static_cast<size_t>(np)), x.data(), n_tokens,
+                 pool);
+          for (int i = 0; i < np; ++i) {
+            EXPECT_EQ(got[i], want[i]) << level << " " << dtype_name(t) << " product " << i
+                                       << " tokens=" << n_tokens << " seed=" << seed;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The levels that have a kernel for the layout ask for it (so the test above ran it, not only
 // the de-interleaving fallback), and only for whole groups.
 TEST(Interleave, the_best_level_asks_for_the_layout_its_kernel_reads) {
@@ -145,8 +193,10 @@ TEST(Interleave, the_best_level_asks_for_the_layout_its_kernel_reads) {
       ThreadPool pool(1);
       std::vector<float> want_y(static_cast<size_t>(rows * n_tokens)), got(want_y.size(), NAN);
       matmul(q.matrix(0), x.data(), n_tokens, want_y.data(), pool);
-      g.interleaved_run(cols, q.interleaved.data(), rows, xq.data(), arb, n_tokens, got.data(),
-                        static_cast<size_t>(rows));
+      ASSERT_NE(g.interleaved_prepare, nullptr) << level << " " << dtype_name(t);
+      const void* prep = g.interleaved_prepare(cols, xq.data(), arb, n_tokens);
+      g.interleaved_run(cols, q.interleaved.data(), rows, xq.data(), arb, n_tokens, prep,
+                        got.data(), static_cast<size_t>(rows));
       EXPECT_EQ(got, want_y) << level << " " << dtype_name(t);
     }
     EXPECT_EQ(preferred_interleave(DType::Q4_K, 64, 512), 0) << level;
