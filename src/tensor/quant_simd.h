@@ -54,8 +54,8 @@ using InterleavedRunFn = void (*)(int64_t n, const uint8_t* w, int64_t nrows, co
                                   size_t a_stride, int64_t nt, const void* prep, float* y,
                                   size_t y_stride);
 // Prepares the activations a (nt tokens, a_stride apart, n columns) for interleaved_run into
-// the calling thread's scratch for the kernel's type; the result stays valid, and unchanged,
-// until the next call for the same type on the same thread.
+// the calling thread's scratch for this kernel; the result stays valid, and unchanged, until
+// the next call of the same kernel's prepare on the same thread.
 using InterleavedPrepareFn = const void* (*)(int64_t n, const uint8_t* a, size_t a_stride,
                                              int64_t nt);
 struct GemmKernel {

@@ -147,12 +147,12 @@ TEST(Interleave, each_matmul_call_reads_its_own_activations_in_every_product) {
           const size_t n = static_cast<size_t>(rows * n_tokens);
           std::vector<float> got[4], want[4];
           MatmulOut outs[4];
-          Matrix inter[4];
+          Matrix mats[4];
           for (int i = 0; i < np; ++i) {
             got[i].assign(n, NAN);
             want[i].assign(n, NAN);
-            inter[i] = q[i].matrix(i < 3 ? lanes : 0);
-            outs[i] = {&inter[i], got[i].data()};
+            mats[i] = q[i].matrix(i < 3 ? lanes : 0);
+            outs[i] = {&mats[i], got[i].data()};
             matmul(q[i].matrix(0), x.data(), n_tokens, want[i].data(), pool);
           }
           matmul(std::span<const MatmulOut>(outs, static_cast<size_t>(np)), x.data(), n_tokens,
