@@ -21,6 +21,7 @@
 #include "tensor/interleave.h"
 #include "tensor/quant.h"
 #include "tensor/quant_simd.h"
+#include "tensor/task_plan.h"
 
 namespace ember::tensor {
 namespace {
@@ -30,9 +31,9 @@ namespace {
 // few microseconds).
 constexpr int64_t kMinChunkBytes = 64 << 10;
 // Up to this many tokens a product runs as contiguous blocks of tasks, one block per thread
-// (matmul below), kDecodeTasksPerThread tasks of about equal weight bytes per thread.
+// (matmul below, tensor/task_plan.h), the smallest task at least kMinTaskBytes (times tokens).
 constexpr int64_t kContiguousTokens = 16;
-constexpr int64_t kDecodeTasksPerThread = 4;
+constexpr int64_t kMinTaskBytes = 16 << 10;
 
 enum class Mode { kDot, kPacked, kRows, kTiles, kInterleaved, kDeinterleave };
 
@@ -232,11 +233,12 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
 
   // Every product's units in tasks, all handed to the pool at once. Prefill: tasks of
   // max(min_units, units / (4 x threads)), claimed in order, so fast threads take up the slack of
-  // slow ones. Decode, up to kContiguousTokens tokens: tasks of about equal weight bytes,
-  // kDecodeTasksPerThread per thread, run as parallel_for_blocks, so each thread streams one
-  // contiguous stretch of the task list (a longer stream for the prefetchers; up to 10% more
-  // batch-1 decode than 4 interleaved tasks per thread on the Zen 5 host, BENCHMARKS.md, tenth
-  // session) and a thread done with its own takes the tail of a late or slow one's.
+  // slow ones. Decode, up to kContiguousTokens tokens: one share of equal weight bytes per thread,
+  // cut into tasks of halving size (tensor/task_plan.h), run as parallel_for_blocks, so each
+  // thread streams one contiguous stretch of the products (a longer stream for the prefetchers;
+  // up to 10% more batch-1 decode than 4 interleaved tasks per thread on the Zen 5 host,
+  // BENCHMARKS.md, tenth session) and a thread done with its own takes the tail of a late or slow
+  // one's.
   std::array<Product, kMaxMatmulOuts> products;
   for (size_t i = 0; i < outs.size(); ++i) {
     products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);
@@ -266,30 +268,35 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
   };
   int64_t total_bytes = 0;
   for (const Product& p : ps) total_bytes += p.units * unit_bytes(p);
-  const int64_t task_bytes =
-      std::max<int64_t>(1, total_bytes / (kDecodeTasksPerThread * int64_t{pool.size()}));
+  // Together: whole multiples of kRowsAlign rows per task (the last task ends at the last row).
+  const int64_t align = together ? kRowsAlign / std::gcd(kRowsAlign, ps[0].unit_rows) : 1;
   thread_local std::vector<Task> tasks;
+  thread_local std::vector<int64_t> starts;
   tasks.clear();
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const Product& p = ps[i];
-    int64_t chunk = 0;
-    if (blocks) {
-      // Together, a unit is one of every product's: as many bytes as all of theirs.
-      const int64_t ub = together ? total_bytes / p.units : unit_bytes(p);
-      chunk = std::max(p.min_units, (task_bytes + ub - 1) / ub);
-    } else {
-      const int64_t per_thread = 4 * static_cast<int64_t>(pool.size());
-      chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
-    }
+  if (blocks) {
+    thread_local std::vector<UnitRun> runs;
+    thread_local std::vector<PlannedTask> planned;
+    runs.clear();
     if (together) {
-      // Whole multiples of kRowsAlign rows per task (the last task ends at the last row).
-      const int64_t align = kRowsAlign / std::gcd(kRowsAlign, p.unit_rows);
+      // One stream of units, each one of every product's: as many bytes as all of theirs.
+      runs.push_back({ps[0].units, std::max<int64_t>(1, total_bytes / ps[0].units), align});
+    } else {
+      for (const Product& p : ps) runs.push_back({p.units, unit_bytes(p), 1});
+    }
+    plan_decode_tasks(runs, pool.size(), kMinChunkBytes / n_tokens, kMinTaskBytes / n_tokens,
+                      &planned, &starts);
+    for (const PlannedTask& k : planned) tasks.push_back({together ? -1 : k.run, k.u0, k.u1});
+  } else {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Product& p = ps[i];
+      const int64_t per_thread = 4 * static_cast<int64_t>(pool.size());
+      int64_t chunk = std::max(p.min_units, (p.units + per_thread - 1) / per_thread);
       chunk = (chunk + align - 1) / align * align;
+      for (int64_t u = 0; u < p.units; u += chunk) {
+        tasks.push_back({together ? -1 : static_cast<int32_t>(i), u, std::min(p.units, u + chunk)});
+      }
+      if (together) break;  // one task list for all the products
     }
-    for (int64_t u = 0; u < p.units; u += chunk) {
-      tasks.push_back({together ? -1 : static_cast<int32_t>(i), u, std::min(p.units, u + chunk)});
-    }
-    if (together) break;  // one task list for all the products
   }
   const std::vector<Task>& job = tasks;  // this thread's list: workers have their own
   const auto run_tasks = [&](int64_t t0, int64_t t1) {
@@ -305,7 +312,7 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
     }
   };
   if (blocks) {
-    pool.parallel_for_blocks(static_cast<int64_t>(job.size()), run_tasks);
+    pool.parallel_for_blocks(static_cast<int64_t>(job.size()), starts, run_tasks);
   } else {
     pool.parallel_for(static_cast<int64_t>(job.size()), run_tasks);
   }

@@ -208,7 +208,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
   // must fit the claim word's 16 bits.
   int64_t chunk = std::max(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
   chunk = std::max(chunk, (n + 0xfffe) / 0xffff);
-  run_job(n, chunk, false, fn);
+  run_job(n, chunk, false, {}, fn);
 }
 
 void ThreadPool::parallel_for_blocks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
@@ -218,10 +218,23 @@ void ThreadPool::parallel_for_blocks(int64_t n, const std::function<void(int64_t
     return;
   }
   EMBER_ASSERT(n <= 0xffff);
-  run_job(n, 1, true, fn);
+  run_job(n, 1, true, {}, fn);
 }
 
-void ThreadPool::run_job(int64_t n, int64_t chunk, bool blocks,
+void ThreadPool::parallel_for_blocks(int64_t n, std::span<const int64_t> starts,
+                                     const std::function<void(int64_t, int64_t)>& fn) {
+  EMBER_ASSERT(!starts.empty() && starts[0] == 0);
+  EMBER_ASSERT(std::is_sorted(starts.begin(), starts.end()) && starts.back() <= n);
+  if (n <= 0) return;
+  if (!impl_ || starts.size() == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i, i + 1);
+    return;
+  }
+  EMBER_ASSERT(n <= 0xffff);
+  run_job(n, 1, true, starts.first(std::min(starts.size(), static_cast<size_t>(n_threads_))), fn);
+}
+
+void ThreadPool::run_job(int64_t n, int64_t chunk, bool blocks, std::span<const int64_t> starts,
                          const std::function<void(int64_t, int64_t)>& fn) {
   Impl& p = *impl_;
   ++jobs_;
@@ -239,10 +252,16 @@ void ThreadPool::run_job(int64_t n, int64_t chunk, bool blocks,
     const uint64_t g = gen & 0xffffffffu;
     if (blocks) {
       const auto nb = static_cast<int64_t>(p.blocks.size());
+      const auto ns = static_cast<int64_t>(starts.size());
+      // Block b: [front, back); given starts past the last listed are empty.
+      const auto front = [&](int64_t b) {
+        if (ns == 0) return b * total / nb;
+        return b < ns ? starts[static_cast<size_t>(b)] : total;
+      };
       for (int64_t b = 0; b < nb; ++b) {
+        const int64_t lo = front(b), hi = b + 1 < nb ? front(b + 1) : total;
         p.blocks[static_cast<size_t>(b)].word.store(
-            Impl::pack(g, static_cast<uint64_t>(b * total / nb),
-                       static_cast<uint64_t>((b + 1) * total / nb)),
+            Impl::pack(g, static_cast<uint64_t>(lo), static_cast<uint64_t>(std::max(lo, hi))),
             std::memory_order_relaxed);
       }
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 namespace ember::tensor {
 
@@ -35,6 +36,11 @@ class ThreadPool {
   // the others instead of keeping them waiting (an index a thread has started is still its own:
   // one descheduled in the middle of it is waited for).
   void parallel_for_blocks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // The same with the blocks given: thread k's block is [starts[k], starts[k + 1]) (the last
+  // listed one's ends at n; starts[0] == 0, non-decreasing). Threads past starts.size() have
+  // empty blocks and only take from the back of the others'. One block: run on the caller.
+  void parallel_for_blocks(int64_t n, std::span<const int64_t> starts,
+                           const std::function<void(int64_t, int64_t)>& fn);
 
   // Where the caller's time goes, for benchmarks (`ember bench --pool-timing`): per hand-off,
   // the caller running chunks (from publishing the job until none is left to claim), then
@@ -53,7 +59,8 @@ class ThreadPool {
 
  private:
   struct Impl;
-  void run_job(int64_t n, int64_t chunk, bool blocks,
+  // blocks: parallel_for_blocks, with `starts` (empty: equal blocks by count).
+  void run_job(int64_t n, int64_t chunk, bool blocks, std::span<const int64_t> starts,
                const std::function<void(int64_t, int64_t)>& fn);
   Impl* impl_ = nullptr;
   int n_threads_ = 1;

@@ -173,29 +173,68 @@ TEST(ThreadPool, blocks_cover_every_index_exactly_once_one_per_call) {
   }
 }
 
-// Each thread starts at the front of its own block (the caller's is the first): every thread's
-// first index waits at a barrier of all three, so none can reach another's block before each has
-// taken its own first index.
-TEST(ThreadPool, blocks_give_each_thread_the_front_of_its_own_contiguous_block) {
-  ThreadPool pool(3);
+// Each thread's first index in a blocks job (run) on a pool of 3: every thread's first index waits
+// at a barrier of all three, so none can reach another's block before each has taken its own first
+// index. Returns the caller's first index and the workers' (as a set).
+template <class Run>
+std::pair<int64_t, std::set<int64_t>> first_indices_of_three(Run run) {
   const auto caller = std::this_thread::get_id();
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::thread::id, int64_t> first;
-  pool.parallel_for_blocks(6, [&](int64_t b, int64_t) {
+  run([&](int64_t b, int64_t) {
     std::unique_lock lk(mu);
     if (first.count(std::this_thread::get_id())) return;
     first[std::this_thread::get_id()] = b;
     cv.notify_all();
     cv.wait_for(lk, std::chrono::seconds(30), [&] { return first.size() == 3; });
   });
-  ASSERT_EQ(first.size(), 3u);
-  EXPECT_EQ(first[caller], 0);
+  EXPECT_EQ(first.size(), 3u);
   std::set<int64_t> workers;
   for (const auto& [id, b] : first) {
     if (id != caller) workers.insert(b);
   }
+  return {first.count(caller) ? first[caller] : -1, workers};
+}
+
+// Each thread starts at the front of its own block (the caller's is the first).
+TEST(ThreadPool, blocks_give_each_thread_the_front_of_its_own_contiguous_block) {
+  ThreadPool pool(3);
+  const auto [caller, workers] =
+      first_indices_of_three([&](const auto& fn) { pool.parallel_for_blocks(6, fn); });
+  EXPECT_EQ(caller, 0);
   EXPECT_EQ(workers, (std::set<int64_t>{2, 4}));
+}
+
+// Given blocks (tensor/task_plan.h's shares): each thread starts at the front of the block it is
+// given, not of an equal split by count (which would be 3 and 6).
+TEST(ThreadPool, given_blocks_give_each_thread_the_front_of_the_block_it_was_given) {
+  ThreadPool pool(3);
+  const std::vector<int64_t> starts = {0, 5, 7};
+  const auto [caller, workers] =
+      first_indices_of_three([&](const auto& fn) { pool.parallel_for_blocks(9, starts, fn); });
+  EXPECT_EQ(caller, 0);
+  EXPECT_EQ(workers, (std::set<int64_t>{5, 7}));
+}
+
+// Given blocks of any shape, fewer than the threads or empty ones among them: every index once.
+TEST(ThreadPool, given_blocks_cover_every_index_exactly_once) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    const std::vector<std::vector<int64_t>> shapes = {
+        {0}, {0, 0}, {0, 1}, {0, 6, 6}, {0, 2, 3, 11}};
+    for (const auto& starts : shapes) {
+      const int64_t n = 12;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (int round = 0; round < 20; ++round) {
+        pool.parallel_for_blocks(n, starts, [&](int64_t b, int64_t e) {
+          ASSERT_EQ(e, b + 1);
+          hits[static_cast<size_t>(b)].fetch_add(1);
+        });
+      }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 20) << i;
+    }
+  }
 }
 
 // A thread held inside its block does not hold the others up: the caller, done with its own
