@@ -27,7 +27,10 @@ void plan_decode_tasks(std::span<const UnitRun> runs, int threads, int64_t min_s
     run_start[i + 1] = run_start[i] + runs[i].units * runs[i].unit_bytes;
   }
   const int64_t total = run_start.back();
-  if (total == 0) return;
+  if (total == 0) {  // nothing to run (no runs, or only empty ones): one empty share
+    share_starts->push_back(0);
+    return;
+  }
   // The allowed cut nearest to byte c: a multiple of the run's align, or the run's end.
   const auto snap = [&](int64_t c) {
     size_t i = 0;

@@ -35,10 +35,10 @@ struct PlannedTask {
 };
 
 // Writes the tasks to *tasks and each share's first task index to *share_starts (one entry per
-// share, the first 0; both cleared first). Shares: `threads`, or fewer so that each has at least
-// min_share_bytes (a stream under 2 x min_share_bytes is one share: not worth a hand-off). A
-// share is halved while its halves keep at least min_task_bytes, at most three times. Tasks
-// never cross runs, every unit is in exactly one task, and tasks follow the stream's order.
+// share, the first 0, at least one; both cleared first). Shares: `threads`, or fewer so that each
+// has at least min_share_bytes (a stream under 2 x min_share_bytes is one share: not worth a
+// hand-off). A share is halved while its halves keep at least min_task_bytes, at most three times.
+// Tasks never cross runs, every unit is in exactly one task, and tasks follow the stream's order.
 void plan_decode_tasks(std::span<const UnitRun> runs, int threads, int64_t min_share_bytes,
                        int64_t min_task_bytes, std::vector<PlannedTask>* tasks,
                        std::vector<int64_t>* share_starts);

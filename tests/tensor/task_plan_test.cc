@@ -147,6 +147,10 @@ TEST(DecodeTaskPlan, cuts_respect_alignment_and_runs_of_any_size) {
   }
   const Plan empty = plan({{0, 10, 1}}, 2, 1, 1);
   EXPECT_TRUE(empty.tasks.empty());
+  EXPECT_EQ(empty.starts, (std::vector<int64_t>{0})) << "a valid (empty) block for the pool";
+  const Plan none = plan({}, 2, 1, 1);
+  EXPECT_TRUE(none.tasks.empty());
+  EXPECT_EQ(none.starts, (std::vector<int64_t>{0}));
 }
 
 }  // namespace
