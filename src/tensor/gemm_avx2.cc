@@ -540,18 +540,25 @@ void unpack8(int64_t nb, const FromInterleaved8<U>& src, uint8_t* buf) {
 }
 
 // The same for whole groups of 8 interleaved rows: read directly (the levels unpacked in
-// registers, once per block of 4 tokens), except that the 5-bit types, and the others from
-// kUnpack8Tokens tokens, first unpack a group once into pack8's layout. EMBER_SIMD_LEVEL=avx2
-// kernels_bench on an Intel Xeon VM, 1 thread, paired rounds, unpacked vs direct: Q8_0
-// 262144x640 at 8 tokens 35.7-42.1 vs 27.5-29.0 ms, 2048x640 at 8 tokens 235-255 vs 181-201
-// us; Q4_1 131072x576 at 8 tokens 9.4-9.9 vs 8.0-8.8 ms, 576x1536 at 8 tokens 114-116 vs 94-95
-// us, but 1536x576 at 64 tokens 692-717 vs 760-791 us; Q5_0 1024x640 at 64 tokens 493-550 vs
+// registers, once per block of 4 tokens), except that the 5-bit types from kUnpack8Tokens5Bit
+// tokens, and the others from kUnpack8Tokens, first unpack a group once into pack8's layout.
+// EMBER_SIMD_LEVEL=avx2 kernels_bench on an Intel Xeon VM, 1 thread, paired rounds, unpacked vs
+// direct: Q8_0 262144x640 at 8 tokens 35.7-42.1 vs 27.5-29.0 ms, 2048x640 at 8 tokens 235-255 vs
+// 181-201 us; Q4_1 131072x576 at 8 tokens 9.4-9.9 vs 8.0-8.8 ms, 576x1536 at 8 tokens 114-116 vs
+// 94-95 us, but 1536x576 at 64 tokens 692-717 vs 760-791 us; Q5_0 1024x640 at 64 tokens 493-550 vs
 // 612-643 us (its fifth bits cost four more operations per vector and block of tokens). From 16
 // to 63 tokens direct is still the faster (same host kind, a later draw, 2 paired rounds,
 // unpacked from 16 vs from 64, us): at 16 tokens Q8_0 640x2048 418-446 vs 351-357, Q4_1
 // 4096x4096 3395-3424 vs 2962-2995, 1536x576 172-173 vs 162-167; at 32 tokens Q8_0 640x2048
 // 776-782 vs 703-728, Q4_1 4096x4096 6219-6276 vs 5679-5868, 1536x576 332 vs 332-335.
+// The 5-bit types were unpacked from 2 tokens until the seventeenth session; direct is faster up
+// to 8 at least (Zen 3 host, 2 threads, 8 tokens, 6 interleaved rounds, us, unpacked vs direct,
+// paired median, 5 of 6 faster each: Q5_0 640x2048 112.5 vs 101.1, 0.88; 2048x640 110.0 vs
+// 102.0, 0.95; 1024x640 59.2 vs 55.3, 0.93; 131072x640 7324 vs 6149, 0.87) and mostly slower
+// from 16 (4 rounds: 2048x640 at 16 tokens 158-214 vs 183-239, at 32 321-412 vs 364-505;
+// 1024x640 at 16 86-107 vs 92-129; 640x2048 at 32 326-458 vs 355-532).
 constexpr int64_t kUnpack8Tokens = 64;
+constexpr int64_t kUnpack8Tokens5Bit = 16;
 template <class U>
 void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, const uint8_t* a,
                                 size_t as, int64_t nt, const void* prep, float* y, size_t ys) {
@@ -560,7 +567,8 @@ void phase_interleaved_run_avx2(int64_t n, const uint8_t* w, int64_t nrows, cons
   const size_t nts = static_cast<size_t>(nt);
   const auto* sides = static_cast<const ActSide*>(prep);
   const size_t group_bytes = static_cast<size_t>(nb) * FromInterleaved8<U>::kTile;
-  const bool unpack = nt > 1 && (FromInterleaved8<U>::kQh || nt >= kUnpack8Tokens);
+  const bool unpack =
+      nt > 1 && nt >= (FromInterleaved8<U>::kQh ? kUnpack8Tokens5Bit : kUnpack8Tokens);
   thread_local std::vector<uint8_t> buf;
   if (unpack && buf.size() < static_cast<size_t>(nb) * kPackedBlock<P>) {
     buf.resize(static_cast<size_t>(nb) * kPackedBlock<P>);
