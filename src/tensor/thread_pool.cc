@@ -208,7 +208,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk,
   // must fit the claim word's 16 bits.
   int64_t chunk = std::max(min_chunk, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
   chunk = std::max(chunk, (n + 0xfffe) / 0xffff);
-  run_job(n, chunk, false, {}, fn);
+  run_job(n, chunk, {}, fn);
 }
 
 void ThreadPool::parallel_for_blocks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
@@ -217,8 +217,10 @@ void ThreadPool::parallel_for_blocks(int64_t n, const std::function<void(int64_t
     for (int64_t i = 0; i < n; ++i) fn(i, i + 1);
     return;
   }
-  EMBER_ASSERT(n <= 0xffff);
-  run_job(n, 1, true, {}, fn);
+  // Equal blocks by count, the caller's first.
+  std::vector<int64_t> starts(static_cast<size_t>(n_threads_));
+  for (int k = 0; k < n_threads_; ++k) starts[static_cast<size_t>(k)] = k * n / n_threads_;
+  parallel_for_blocks(n, starts, fn);
 }
 
 void ThreadPool::parallel_for_blocks(int64_t n, std::span<const int64_t> starts,
@@ -231,11 +233,13 @@ void ThreadPool::parallel_for_blocks(int64_t n, std::span<const int64_t> starts,
     return;
   }
   EMBER_ASSERT(n <= 0xffff);
-  run_job(n, 1, true, starts.first(std::min(starts.size(), static_cast<size_t>(n_threads_))), fn);
+  // Listed past the thread count: the last thread's block runs to n.
+  run_job(n, 1, starts.first(std::min(starts.size(), static_cast<size_t>(n_threads_))), fn);
 }
 
-void ThreadPool::run_job(int64_t n, int64_t chunk, bool blocks, std::span<const int64_t> starts,
+void ThreadPool::run_job(int64_t n, int64_t chunk, std::span<const int64_t> starts,
                          const std::function<void(int64_t, int64_t)>& fn) {
+  const bool blocks = !starts.empty();
   Impl& p = *impl_;
   ++jobs_;
   const int64_t t0 = timing_on_ ? now_ns() : 0;
@@ -251,17 +255,12 @@ void ThreadPool::run_job(int64_t n, int64_t chunk, bool blocks, std::span<const 
     gen = p.generation.load(std::memory_order_relaxed) + 1;
     const uint64_t g = gen & 0xffffffffu;
     if (blocks) {
-      const auto nb = static_cast<int64_t>(p.blocks.size());
-      const auto ns = static_cast<int64_t>(starts.size());
-      // Block b: [front, back); given starts past the last listed are empty.
-      const auto front = [&](int64_t b) {
-        if (ns == 0) return b * total / nb;
-        return b < ns ? starts[static_cast<size_t>(b)] : total;
-      };
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t lo = front(b), hi = b + 1 < nb ? front(b + 1) : total;
-        p.blocks[static_cast<size_t>(b)].word.store(
-            Impl::pack(g, static_cast<uint64_t>(lo), static_cast<uint64_t>(std::max(lo, hi))),
+      // Block b: [starts[b], starts[b + 1]), the last listed one's to the end; threads past
+      // the list have empty blocks.
+      const auto at = [&](size_t b) { return b < starts.size() ? starts[b] : total; };
+      for (size_t b = 0; b < p.blocks.size(); ++b) {
+        p.blocks[b].word.store(
+            Impl::pack(g, static_cast<uint64_t>(at(b)), static_cast<uint64_t>(at(b + 1))),
             std::memory_order_relaxed);
       }
     }

@@ -59,8 +59,8 @@ class ThreadPool {
 
  private:
   struct Impl;
-  // blocks: parallel_for_blocks, with `starts` (empty: equal blocks by count).
-  void run_job(int64_t n, int64_t chunk, bool blocks, std::span<const int64_t> starts,
+  // starts: parallel_for_blocks' blocks (one per thread at most); empty: parallel_for's chunks.
+  void run_job(int64_t n, int64_t chunk, std::span<const int64_t> starts,
                const std::function<void(int64_t, int64_t)>& fn);
   Impl* impl_ = nullptr;
   int n_threads_ = 1;
