@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -58,6 +59,17 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     o.size_ = 0;
   }
   return *this;
+}
+
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  if (size_ == 0 || n == 0) return;
+  EMBER_ASSERT(p >= data_ && p + n <= data_ + size_);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<uintptr_t>(data_);  // page-aligned (mmap)
+  const auto end = base + size_;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t hi = std::min(end, (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1));
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

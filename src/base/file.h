@@ -27,6 +27,13 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
 
+  // Drops this process's mapped pages that [p, p + n) touches (rounded out to whole pages,
+  // clamped to the mapping; p must lie in it). The bytes stay in the page cache and are read
+  // back in if touched again, so this changes RSS, never what a read returns: safe for any
+  // range because the mapping is read-only. Where the kernel maps the page cache in 2 MiB
+  // folios, one byte read maps the whole 2 MiB, and releasing any page of it drops them all.
+  void release(const uint8_t* p, size_t n) const;
+
  private:
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

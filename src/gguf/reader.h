@@ -88,6 +88,14 @@ class File {
   const Value* find(std::string_view key) const;
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
+  // Drops this process's mapped pages of the tensor data section (MappedFile::release): for a
+  // reader done with it, e.g. a model that runs from copies of its weights, so the pages it
+  // read do not stay in its RSS. What is read again afterwards is simply mapped again.
+  void release_tensor_data() const {
+    if (data_offset_ < map_.size()) {
+      map_.release(map_.data() + data_offset_, map_.size() - data_offset_);
+    }
+  }
 
   // Typed accessors: an Error names the file, the key and what was expected, e.g.
   // "m.gguf: metadata 'llama.block_count' is a string, expected an integer".

@@ -275,9 +275,10 @@ void CpuBackend::start_weight_copy() {
   EMBER_ASSERT(!copier_.joinable() && !w_.arena);
   // The thread gets its own Weights (pointers into the mapping); w_ is not touched until
   // adopt_weight_copy, on the forward thread.
-  copier_ = std::thread([this, w = w_]() mutable {
+  copier_ = std::thread([this, w = w_, c = cfg_]() mutable {
     pthread_setname_np(pthread_self(), "ember-wcopy");  // tests wait for it (conftest.py)
-    if (copy_matrices_to_arena(&w, &copy_cancel_)) {
+    if (copy_weights_to_arena(&w, c, &copy_cancel_)) {
+      file_->release_tensor_data();  // what the copy mapped around the vectors it read last
       copied_ = std::move(w);
       copy_done_.store(true, std::memory_order_release);
     }
@@ -286,9 +287,10 @@ void CpuBackend::start_weight_copy() {
 
 void CpuBackend::adopt_weight_copy() {
   if (!copy_done_.load(std::memory_order_acquire) || !copied_) return;
-  Weights mapped = std::exchange(w_, std::move(*copied_));  // same bytes: bit-identical
+  w_ = std::move(*copied_);  // same bytes: bit-identical
   copied_.reset();
-  release_matrix_pages(&mapped);           // pages this process read from the mapping meanwhile
+  // The pages forwards read from the mapping while the copy ran: nothing reads it any more.
+  file_->release_tensor_data();
   if (copier_.joinable()) copier_.join();  // copy_done_ was its last write
 }
 
@@ -644,7 +646,8 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
   const bool background = opts.huge_page_weights && opts.copy_weights_in_background;
-  if (opts.huge_page_weights && !background) copy_matrices_to_arena(&w);  // fails: the mapping
+  // Fails: the mapping. What the copy leaves mapped, the fingerprint's release_tensor_data drops.
+  if (opts.huge_page_weights && !background) copy_weights_to_arena(&w, cfg);
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);

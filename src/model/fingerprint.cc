@@ -81,6 +81,10 @@ uint64_t model_fingerprint(const gguf::File& file, const ModelConfig& cfg) {
       h.bytes(t.data + (t.nbytes - kWindow), kWindow);
     }
   }
+  // The weights run from copies (model/weights.h), and each window's fault mapped more than the
+  // window (fault-around; where the page cache comes in 2 MiB folios, 2 MiB): Gemma 3 270M's
+  // 236 tensors kept 68 MB of its file in RSS after the copy had released the rest.
+  file.release_tensor_data();
   return h.digest();
 }
 

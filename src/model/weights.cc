@@ -138,23 +138,35 @@ void for_each_matrix(Weights* w, F&& f) {
   }
 }
 
+// Every vector bind_weights binds, with the length it checked: f(pointer, floats) for each that
+// the model has (the optional ones are null otherwise).
+template <class F>
+void for_each_vector(Weights* w, const ModelConfig& c, F&& f) {
+  f(w->output_norm, c.n_embd);
+  f(w->rope_freqs, c.rope_dim / 2);
+  for (auto& l : w->layers) {
+    for (const float** v : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm}) {
+      f(*v, c.n_embd);
+    }
+    f(l.q_norm, c.head_dim);
+    f(l.k_norm, c.head_dim);
+  }
+}
+
 size_t matrix_bytes(const tensor::Matrix& m) {
   return tensor::row_bytes(m.type, m.cols) * static_cast<size_t>(m.rows);
 }
 
 }  // namespace
 
-void release_matrix_pages(Weights* w) {
-  for_each_matrix(w, [](const tensor::Matrix& m) {
-    if (m.data != nullptr) tensor::release_pages(m.data, matrix_bytes(m));
-  });
-}
-
-bool copy_matrices_to_arena(Weights* w, const std::atomic<bool>* cancel) {
+bool copy_weights_to_arena(Weights* w, const ModelConfig& c, const std::atomic<bool>* cancel) {
   size_t total = 0;
   const void* tied = w->output.data == w->token_embd.data ? w->output.data : nullptr;
   for_each_matrix(w, [&](const tensor::Matrix& m) {
     if (m.data != nullptr && !(m.data == tied && &m == &w->output)) total += matrix_bytes(m) + 64;
+  });
+  for_each_vector(w, c, [&](const float* v, int64_t n) {
+    if (v != nullptr) total += static_cast<size_t>(n) * sizeof(float) + 64;
   });
   auto arena = tensor::WeightArena::create(total);
   if (!arena) return false;
@@ -199,6 +211,12 @@ bool copy_matrices_to_arena(Weights* w, const std::atomic<bool>* cancel) {
     m.interleave = lanes;
   });
   if (cancelled) return false;
+  for_each_vector(&copy, c, [&](const float*& v, int64_t n) {
+    if (v == nullptr) return;
+    const uint8_t* to = arena->add(v, static_cast<size_t>(n) * sizeof(float));
+    EMBER_ASSERT(to != nullptr);  // sized above
+    v = reinterpret_cast<const float*>(to);
+  });
   copy.arena = std::move(arena);
   *w = std::move(copy);
   return true;

@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Model, LoadsEveryFixture, ::testing::ValuesIn(all_cases
 
 // The copies hold the same rows: in the plain layout, or in the interleaved one where the active
 // level's kernels read it (tensor/interleave.h), which every matrix here can take.
-TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_rows_and_a_tied_output_is_shared) {
+TEST(ModelLoad, weights_copied_to_the_arena_are_the_same_bytes_and_a_tied_output_is_shared) {
   fixture::FixtureSpec spec;
   spec.arch = "gemma3";
   spec.tied = true;
@@ -91,7 +91,7 @@ TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_rows_and_a_tied_output
   ASSERT_TRUE(bound.ok());
   Weights w = std::move(bound).value();
   const Weights mapped = w;
-  ASSERT_TRUE(copy_matrices_to_arena(&w));
+  ASSERT_TRUE(copy_weights_to_arena(&w, *cfg));
   ASSERT_NE(w.arena, nullptr);
   auto same = [&](const tensor::Matrix& a, const tensor::Matrix& b) {
     const size_t n = tensor::row_bytes(a.type, a.cols) * static_cast<size_t>(a.rows);
@@ -114,7 +114,26 @@ TEST(ModelLoad, matrices_copied_to_the_arena_are_the_same_rows_and_a_tied_output
     same(w.layers[il].wq, mapped.layers[il].wq);
     same(w.layers[il].w_down, mapped.layers[il].w_down);
   }
-  EXPECT_EQ(w.layers[0].attn_norm, mapped.layers[0].attn_norm) << "norms stay mapped";
+  // The norm vectors are copied too (a norm read from the mapping keeps a 2 MiB folio of the
+  // file in RSS where the kernel maps the page cache so: weights.h), with the same values.
+  auto same_vec = [&](const float* a, const float* b, int64_t n) {
+    ASSERT_NE(a, nullptr);
+    EXPECT_TRUE(w.arena->contains(a));
+    EXPECT_FALSE(w.arena->contains(b));
+    EXPECT_EQ(std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)), 0);
+  };
+  same_vec(w.output_norm, mapped.output_norm, cfg->n_embd);
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const LayerWeights &l = w.layers[il], &m = mapped.layers[il];
+    for (auto [a, b] : {std::pair{l.attn_norm, m.attn_norm},
+                        {l.ffn_norm, m.ffn_norm},
+                        {l.post_attn_norm, m.post_attn_norm},
+                        {l.post_ffn_norm, m.post_ffn_norm}}) {
+      same_vec(a, b, cfg->n_embd);
+    }
+    same_vec(l.q_norm, m.q_norm, cfg->head_dim);
+    same_vec(l.k_norm, m.k_norm, cfg->head_dim);
+  }
 }
 
 // The fixture with its vocabulary padded to a multiple of 64 tokens, so the embedding matrix
