@@ -2,6 +2,7 @@
 #include "model/cpu_model.h"
 
 #include <pthread.h>
+#include <latch>
 
 #include <algorithm>
 #include <cmath>
@@ -274,15 +275,19 @@ CpuBackend::~CpuBackend() {
 void CpuBackend::start_weight_copy() {
   EMBER_ASSERT(!copier_.joinable() && !w_.arena);
   // The thread gets its own Weights (pointers into the mapping); w_ is not touched until
-  // adopt_weight_copy, on the forward thread.
-  copier_ = std::thread([this, w = w_, c = cfg_]() mutable {
-    pthread_setname_np(pthread_self(), "ember-wcopy");  // tests wait for it (conftest.py)
+  // adopt_weight_copy, on the forward thread. It is named before load returns: tests wait for
+  // it to end (conftest.py, WeightPages), and a thread not yet named would read as ended.
+  std::latch named(1);
+  copier_ = std::thread([this, w = w_, c = cfg_, &named]() mutable {
+    pthread_setname_np(pthread_self(), "ember-wcopy");
+    named.count_down();  // the last use of `named`: start_weight_copy returns after it
     if (copy_weights_to_arena(&w, c, &copy_cancel_)) {
       file_->release_tensor_data();  // what the copy mapped around the vectors it read last
       copied_ = std::move(w);
       copy_done_.store(true, std::memory_order_release);
     }
   });
+  named.wait();
 }
 
 void CpuBackend::adopt_weight_copy() {
