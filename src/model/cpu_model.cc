@@ -651,7 +651,8 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   EMBER_TRY(ModelConfig cfg, read_config(*file));
   EMBER_TRY(Weights w, bind_weights(*file, cfg));
   const bool background = opts.huge_page_weights && opts.copy_weights_in_background;
-  // Fails: the mapping. What the copy leaves mapped, the fingerprint's release_tensor_data drops.
+  // Where the copy fails the weights stay in the mapping. What the copy leaves mapped, the
+  // fingerprint's release_tensor_data drops.
   if (opts.huge_page_weights && !background) copy_weights_to_arena(&w, cfg);
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
