@@ -432,19 +432,21 @@ template <int NT, class Block>
 }
 
 // NT tokens (2 to 4) against 16 rows with the phases outside; the 16 rows' tiles (a few KB)
-// stay in L1 across the 8 passes.
+// stay in L1 across the 8 passes. Every block prefetches its own tile's distance ahead, in
+// whichever pass reads it, so the prefetches are spread evenly over the passes (as at avx2).
+// The first pass used to prefetch all 8 phases' tiles (40 lines for Q4_1) at each of its
+// blocks: a burst that filled the core's line-fill buffers and stalled it (a fifth of this
+// kernel's samples on the lines after those prefetches, Intel Xeon model 207, weights in L3).
+// kernels_bench, 1 thread, 2 paired rounds, burst vs spread, us: Q4_1 2048x640 at 8 tokens
+// 84 -> 76, 4096x4096 1320 -> 1060; Q8_0 2048x640 91 -> 76; Q5_0 1024x640 55 -> 50; at
+// avx512-vnni Q4_1 4096x4096 at 32 tokens 4520 -> 3780-4070.
 template <class U, int NT, class Src>
 void phased16_tokens(int64_t nb, const Src& src, const uint8_t* const* q, size_t q_stride,
                      const ActSide* const* side, __m512* out) {
   phases_outside<NT>(
       nb,
-      [&](int j, int64_t b, __m512* acc) {
-        if (j == 0) {  // the first pass prefetches ahead for every phase's tiles
-          EMBER_UNROLL
-          for (int i = 0; i < kPhases; ++i) {
-            if (b + i < nb) src.prefetch(b + i);
-          }
-        }
+      [&](int, int64_t b, __m512* acc) {
+        src.prefetch(b);
         block16<U, NT, Src>(src.tile(b), b, q, q_stride, side, acc);
       },
       out);
