@@ -435,8 +435,9 @@ template <int NT, class Block>
 // stay in L1 across the 8 passes. Every block prefetches its own tile's distance ahead, in
 // whichever pass reads it, so the prefetches are spread evenly over the passes (as at avx2).
 // The first pass used to prefetch all 8 phases' tiles (40 lines for Q4_1) at each of its
-// blocks: a burst that filled the core's line-fill buffers and stalled it (a fifth of this
-// kernel's samples on the lines after those prefetches, Intel Xeon model 207, weights in L3).
+// blocks: a burst that stalled the core (a fifth of this kernel's samples on the lines after
+// those prefetches, Intel Xeon model 207, weights in L3; most likely the line-fill buffers
+// full, which this VM's lack of hardware counters leaves unconfirmed).
 // kernels_bench, 1 thread, 2 paired rounds, burst vs spread, us: Q4_1 2048x640 at 8 tokens
 // 84 -> 76, 4096x4096 1320 -> 1060; Q8_0 2048x640 91 -> 76; Q5_0 1024x640 55 -> 50; at
 // avx512-vnni Q4_1 4096x4096 at 32 tokens 4520 -> 3780-4070.
