@@ -3,7 +3,8 @@
 // used 8 times), 16 and 32 (where avx512-amx's tile products take over) and a prefill shape
 // (n_tokens = 64: compute-bound), on
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
-// Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*),
+// Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*)
+// and at 256 tokens in the cache's (attention_decode_256/head_major),
 // the FFN activations at the models' widths (activation/*), and one SmolLM2 decode step's
 // chain of matmuls through the pool, from memory (decode_chain/*).
 // Run: [EMBER_SIMD_LEVEL=avx2|avx512-vnni|...] build/kernels_bench [--benchmark_filter=Q4_K]
@@ -92,24 +93,26 @@ void bm_matmul(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
                                                benchmark::Counter::kIsRate);
 }
 
-// Decode attention at a long context, by KV memory layout: SmolLM2's shape (3 KV heads of 64,
-// 3 queries each, f16 K/V), 4,096 positions, 30 layers of distinct memory (94 MB: from DRAM, as
+// Decode attention by KV memory layout: SmolLM2's shape (3 KV heads of 64, 3 queries each, f16
+// K/V), n_pos positions, 30 layers of distinct memory (at 4,096 positions 94 MB: from DRAM, as
 // in decode), read as the backend reads it (chunks of 256 positions, KV heads inner, one
-// thread). Layouts: "blocks" is ember's (16-position blocks, each [layer][K|V][16][heads x 64]:
-// heads interleaved in a row); "head_major" the same blocks as [layer][K|V][head][16][64];
+// thread). Layouts: "blocks" (16-position blocks, each [layer][K|V][16][heads x 64]: heads
+// interleaved in a row, ember's cache before 1babb1e); "head_major" the same blocks as
+// [layer][K|V][head][16][64] (the cache's layout now);
 // "per_layer" llama.cpp's ([layer][K|V][position][heads x 64]); "per_head" one run per head
 // ([layer][K|V][head][position][64]). The rate is K and V bytes read per second.
 enum class KvLayoutKind { kBlocks, kHeadMajor, kPerLayer, kPerHead };
 
-void bm_attention_layout(benchmark::State& state, KvLayoutKind kind) {
-  constexpr int32_t kLayers = 30, kHeads = 3, kGroup = 3, kHd = 64, kN = 4096, kB = 16;
-  constexpr int32_t kChunk = 256, kDim = kHeads * kHd;
-  const size_t layer_elems = size_t{2} * kN * kDim;  // K and V of one layer
+void bm_attention_layout(benchmark::State& state, KvLayoutKind kind, int32_t n_pos) {
+  constexpr int32_t kLayers = 30, kHeads = 3, kGroup = 3, kHd = 64, kB = 16;
+  const int32_t chunk = std::min(256, n_pos);
+  constexpr int32_t kDim = kHeads * kHd;
+  const size_t layer_elems = size_t{2} * n_pos * kDim;  // K and V of one layer
   std::vector<uint16_t> kv(layer_elems * kLayers, ember::tensor::f32_to_fp16(0.01f));
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   for (auto& x : kv) x = ember::tensor::f32_to_fp16(d(rng));
-  std::vector<float> q(size_t{kHeads} * kGroup * kHd), out(q.size()), scores(kChunk * kGroup);
+  std::vector<float> q(size_t{kHeads} * kGroup * kHd), out(q.size()), scores(chunk * kGroup);
   for (auto& x : q) x = d(rng);
   float stats[2 * kGroup];
   // Element offset of (layer, K or V, head, position), and the row stride within a run.
@@ -122,28 +125,28 @@ void bm_attention_layout(benchmark::State& state, KvLayoutKind kind) {
         return (((size_t(p / kB) * kLayers + l) * 2 + v) * kHeads + h) * kB * kHd +
                size_t(p % kB) * kHd;
       case KvLayoutKind::kPerLayer:
-        return (size_t(l) * 2 + v) * kN * kDim + size_t(p) * kDim + size_t(h) * kHd;
+        return (size_t(l) * 2 + v) * n_pos * kDim + size_t(p) * kDim + size_t(h) * kHd;
       case KvLayoutKind::kPerHead:
         break;
     }
-    return ((size_t(l) * 2 + v) * kHeads + h) * kN * kHd + size_t(p) * kHd;
+    return ((size_t(l) * 2 + v) * kHeads + h) * n_pos * kHd + size_t(p) * kHd;
   };
   const int64_t stride =
       kind == KvLayoutKind::kBlocks || kind == KvLayoutKind::kPerLayer ? kDim : kHd;
   std::vector<ember::tensor::KvSegmentF16> segs;
   for (auto _ : state) {
     for (int32_t l = 0; l < kLayers; ++l) {
-      for (int32_t c = 0; c < kN / kChunk; ++c) {
+      for (int32_t c = 0; c < n_pos / chunk; ++c) {
         for (int32_t h = 0; h < kHeads; ++h) {
           segs.clear();
           const bool blocked = kind == KvLayoutKind::kBlocks || kind == KvLayoutKind::kHeadMajor;
-          const int32_t run = blocked ? kB : kChunk;
-          for (int32_t p = c * kChunk; p < (c + 1) * kChunk; p += run) {
+          const int32_t run = blocked ? kB : chunk;
+          for (int32_t p = c * chunk; p < (c + 1) * chunk; p += run) {
             segs.push_back({kv.data() + at(l, 0, h, p), kv.data() + at(l, 1, h, p), run});
           }
           ember::tensor::attend_group_segments(q.data() + h * kGroup * kHd, kHd, kGroup,
                                                segs.data(), static_cast<int32_t>(segs.size()),
-                                               stride, kChunk, kHd, 0.125f, scores.data(),
+                                               stride, chunk, kHd, 0.125f, scores.data(),
                                                out.data() + h * kGroup * kHd, kHd, stats);
         }
       }
@@ -282,10 +285,17 @@ void register_all() {
   for (const auto& [name, kind] : layouts) {
     benchmark::RegisterBenchmark(
         (std::string("attention_decode_4096/") + name).c_str(),
-        [kind = kind](benchmark::State& st) { bm_attention_layout(st, kind); })
+        [kind = kind](benchmark::State& st) { bm_attention_layout(st, kind, 4096); })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  // The same at a 256-token context (5.9 MB of K and V: from the caches, as in a batch of short
+  // conversations), in the cache's layout (head-major blocks).
+  benchmark::RegisterBenchmark(
+      "attention_decode_256/head_major",
+      [](benchmark::State& st) { bm_attention_layout(st, KvLayoutKind::kHeadMajor, 256); })
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   for (const auto& [name, as_two, serial_ns] :
        {std::tuple("decode_chain/smollm2", false, int64_t{0}),
         std::tuple("decode_chain/smollm2/serial_ns:2500", false, int64_t{2500}),
