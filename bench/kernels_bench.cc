@@ -5,7 +5,8 @@
 // generic shapes and on the shapes of the default model (Gemma 3 270M Q4_K_M).
 // Also decode attention at a 4,096-token context in four KV layouts (attention_decode_4096/*)
 // and at 256 tokens in the cache's (attention_decode_256/head_major),
-// the FFN activations at the models' widths (activation/*), and one SmolLM2 decode step's
+// the FFN activations at the models' widths (activation/*), greedy decoding's argmax over the
+// models' vocabularies (argmax/*), and one SmolLM2 decode step's
 // chain of matmuls through the pool, from memory (decode_chain/*).
 // Run: [EMBER_SIMD_LEVEL=avx2|avx512-vnni|...] build/kernels_bench [--benchmark_filter=Q4_K]
 //      [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "tensor/activation.h"
+#include "tensor/argmax.h"
 #include "tensor/attention.h"
 #include "tensor/interleave.h"
 #include "tensor/matmul.h"
@@ -175,6 +177,17 @@ void bm_activation(benchmark::State& state, bool silu, int64_t n) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
+// Greedy decoding's pick over one token's logits (N(0, 3) draws: the maximum anywhere in the
+// row), cache-resident as a step leaves them.
+void bm_argmax(benchmark::State& state, int32_t n) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  std::vector<float> logits(static_cast<size_t>(n));
+  for (auto& v : logits) v = dist(rng);
+  for (auto _ : state) benchmark::DoNotOptimize(ember::tensor::argmax(logits.data(), n));
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
 // One SmolLM2-135M Q4_1 decode step's matmuls and nothing else: per layer q/k/v (one fused job),
 // o, gate/up (fused), down, then the Q8_0 output projection, 121 jobs through the pool from
 // memory (97 MB, in one huge-page arena), optionally with serial_ns of busy work on the caller
@@ -278,6 +291,12 @@ void register_all() {
                                [](benchmark::State& st) { bm_activation(st, true, 1536); });
   benchmark::RegisterBenchmark("activation/gelu_mul/2048",
                                [](benchmark::State& st) { bm_activation(st, false, 2048); });
+  // SmolLM2's vocabulary and Gemma 3's.
+  for (int32_t n : {49152, 262144}) {
+    benchmark::RegisterBenchmark(("argmax/" + std::to_string(n)).c_str(),
+                                 [n](benchmark::State& st) { bm_argmax(st, n); })
+        ->Unit(benchmark::kMicrosecond);
+  }
   const std::pair<const char*, KvLayoutKind> layouts[] = {{"blocks", KvLayoutKind::kBlocks},
                                                           {"head_major", KvLayoutKind::kHeadMajor},
                                                           {"per_layer", KvLayoutKind::kPerLayer},

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/result.h"
+#include "tensor/argmax.h"
 
 namespace ember::engine {
 
@@ -19,26 +20,6 @@ uint64_t splitmix64(uint64_t& x) {
 
 uint64_t rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
-}
-
-// Index of the largest value; ties keep the lower index; a NaN is never picked unless v[0] is
-// one (nothing compares greater than it). Greedy decode runs this over the whole vocabulary
-// (262144 logits for Gemma) every token: the maximum is found first in 8 independent lanes (no
-// loop-carried load; vectorizable), then its first index.
-int32_t argmax(const float* v, int32_t n) {
-  if (v[0] != v[0]) return 0;
-  float lane[8];
-  for (float& l : lane) l = v[0];
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] = v[i + j] > lane[j] ? v[i + j] : lane[j];
-  }
-  float m = v[0];
-  for (float l : lane) m = l > m ? l : m;
-  for (; i < n; ++i) m = v[i] > m ? v[i] : m;
-  int32_t best = 0;
-  while (v[best] != m) ++best;  // the first index holding the maximum
-  return best;
 }
 
 // Orders candidate ids by logit, highest first; ties toward the lower id.
@@ -115,7 +96,8 @@ TokenChoice Sampler::sample(std::span<const float> logits) {
   EMBER_ASSERT(logits.size() == size_t(n_vocab_));
   TokenChoice c;
   if (p_.temperature <= 0.f && !penalties_active()) {
-    c.token = argmax(logits.data(), n_vocab_);  // what draw() would pick from an unchanged copy
+    c.token =
+        tensor::argmax(logits.data(), n_vocab_);  // what draw() would pick from an unchanged copy
   } else {
     work_.assign(logits.begin(), logits.end());
     apply_penalties(work_);
@@ -127,7 +109,7 @@ TokenChoice Sampler::sample(std::span<const float> logits) {
 
 int32_t Sampler::draw(const std::vector<float>& l) {
   const int32_t n = n_vocab_;
-  if (p_.temperature <= 0.f) return argmax(l.data(), n);
+  if (p_.temperature <= 0.f) return tensor::argmax(l.data(), n);
   // Candidates sorted by logit, best first. Only the top k need ordering when top-k is on.
   idx_.resize(size_t(n));
   for (int32_t i = 0; i < n; ++i) idx_[size_t(i)] = i;

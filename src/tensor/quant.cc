@@ -9,6 +9,7 @@
 
 #include "base/result.h"
 #include "tensor/activation.h"
+#include "tensor/argmax.h"
 #include "tensor/attention.h"
 #include "tensor/norm.h"
 #include "tensor/quant_blocks.h"
@@ -65,6 +66,7 @@ struct Table {
   simd::GeluMulFn gelu_mul = &ref::gelu_mul;
   simd::SiluMulFn silu_mul = &ref::silu_mul;
   simd::RmsNormFn rms_norm = &ref::rms_norm;
+  simd::ArgmaxFn argmax = &ref::argmax;
 };
 
 void apply(Table* t, const simd::KernelOverrides& o) {
@@ -79,6 +81,7 @@ void apply(Table* t, const simd::KernelOverrides& o) {
   if (o.gelu_mul) t->gelu_mul = o.gelu_mul;
   if (o.silu_mul) t->silu_mul = o.silu_mul;
   if (o.rms_norm) t->rms_norm = o.rms_norm;
+  if (o.argmax) t->argmax = o.argmax;
 }
 
 bool cpu_supports(int level) {
@@ -225,6 +228,10 @@ simd::SiluMulFn active_silu_mul() {
 
 simd::RmsNormFn active_rms_norm() {
   return active_table().rms_norm;
+}
+
+simd::ArgmaxFn active_argmax() {
+  return active_table().argmax;
 }
 
 namespace ref {

@@ -246,6 +246,7 @@ KernelOverrides avx2_kernels() {
   add_avx2_attention(&o);
   add_avx2_activations(&o);
   add_avx2_norm(&o);
+  add_avx2_argmax(&o);
   return o;
 }
 

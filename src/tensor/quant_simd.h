@@ -90,6 +90,7 @@ using AttendGroupF16Fn = void (*)(const float* q, int64_t q_stride, int32_t nq,
 using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 using RmsNormFn = void (*)(const float* x, const float* w, float* out, int64_t n, float eps);
+using ArgmaxFn = int32_t (*)(const float* x, int32_t n);
 
 struct KernelOverrides {
   std::array<void (*)(const void*, float*, int64_t), kTypeSlots> dequant{};
@@ -101,6 +102,7 @@ struct KernelOverrides {
   GeluMulFn gelu_mul = nullptr;
   SiluMulFn silu_mul = nullptr;
   RmsNormFn rms_norm = nullptr;
+  ArgmaxFn argmax = nullptr;
 };
 
 // AVX2 + FMA + F16C (quant_avx2.cc, gemm_avx2.cc).
@@ -110,6 +112,7 @@ void add_avx2_gemm(KernelOverrides* o);
 void add_avx2_attention(KernelOverrides* o);    // attention_avx2.cc
 void add_avx2_activations(KernelOverrides* o);  // activation.cc
 void add_avx2_norm(KernelOverrides* o);         // norm.cc
+void add_avx2_argmax(KernelOverrides* o);       // argmax.cc
 // AVX-512 F/BW/VL/DQ + VNNI (quant_avx512.cc).
 bool cpu_has_avx512_vnni();
 KernelOverrides avx512_kernels();
@@ -136,4 +139,5 @@ simd::AttendGroupF16Fn active_attend_group_f16();
 simd::GeluMulFn active_gelu_mul();
 simd::SiluMulFn active_silu_mul();
 simd::RmsNormFn active_rms_norm();
+simd::ArgmaxFn active_argmax();
 }  // namespace ember::tensor
