@@ -6,8 +6,9 @@
 //
 // Greedy decode runs it once per token per sequence on the engine thread, while the other
 // threads wait for the next step: 262,144 logits for Gemma 3. The twin takes two passes (the
-// maximum, then its first index: on average half the row again); the AVX2 kernel one, keeping
-// each lane's first index of its maximum (BENCHMARKS.md, twenty-second session).
+// maximum, then its first index: on average half the row again); the AVX2 kernel reads the row
+// once in blocks of 256, then rescans only the block that holds the maximum (argmax.cc;
+// BENCHMARKS.md, twenty-second session).
 #pragma once
 
 #include <cstdint>
