@@ -187,6 +187,7 @@ int cmd_serve(int argc, char** argv) {
   so.header_timeout = ms(o.header_timeout_s);
   so.body_timeout = ms(o.body_timeout_s);
   so.write_timeout = ms(o.write_timeout_s);
+  so.send_buffer_bytes = static_cast<size_t>(o.send_buffer_bytes);
   so.cors_origins = o.cors_origins;
   so.default_max_tokens = o.max_tokens;
   so.web_ui = !o.no_web_ui;

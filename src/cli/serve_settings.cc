@@ -50,6 +50,11 @@ const settings::Table<ServeSettings>& serve_settings_table() {
           "seconds one write of an answer may take; a client that stops reading is cancelled "
           "as a slow consumer")
         .at_least(0.001);
+    t.add("--send-buffer", &S::send_buffer_bytes, "EMBER_SEND_BUFFER",
+          "bytes of kernel send buffer per connection (SO_SNDBUF), which bounds what is "
+          "generated for a client that stopped reading before --write-timeout starts; 0: the "
+          "kernel's own, autotuned up to net.ipv4.tcp_wmem's maximum")
+        .range(0, 1 << 26);
     t.add("--system-prompt", &S::system_prompt, "EMBER_SYSTEM_PROMPT",
           "system prompt for chats that bring none (\"\": none)");
     t.add("--max-tokens", &S::max_tokens, "EMBER_MAX_TOKENS",

@@ -28,6 +28,7 @@ struct ServeSettings {
   double header_timeout_s = 10;
   double body_timeout_s = 30;
   double write_timeout_s = 30;
+  int64_t send_buffer_bytes = 0;  // SO_SNDBUF per connection; 0: the kernel's
   std::string system_prompt = text::kDefaultSystemPrompt;
   int32_t max_tokens = 4096;
   bool no_web_ui = false;

@@ -232,6 +232,11 @@ size_t Server::Impl::live_sessions() {
 void Server::Impl::adopt(tcp::socket sock) {
   boost::system::error_code ec;
   sock.set_option(tcp::no_delay(true), ec);
+  if (opts.send_buffer_bytes > 0) {
+    sock.set_option(asio::socket_base::send_buffer_size(static_cast<int>(opts.send_buffer_bytes)),
+                    ec);
+    if (ec) log::warn("ember: --send-buffer {}: {}", opts.send_buffer_bytes, ec.message());
+  }
   if (is_draining) ++handover_accepts;
   auto c = std::make_shared<Conn>(std::move(sock));
   uint64_t id;

@@ -41,6 +41,11 @@ struct ServerOptions {
   // Each write of an answer (a response, an SSE event); past it the client is a slow consumer:
   // the request is cancelled and the connection closed.
   std::chrono::milliseconds write_timeout{30'000};
+  // SO_SNDBUF of each connection (--send-buffer); 0: the kernel's, which on Linux grows with
+  // the connection up to net.ipv4.tcp_wmem's maximum (4 MiB by default). A client that stops
+  // reading is seen only once that buffer is full: every token written into it was generated
+  // for nobody (about 1,800 tokens of an SSE stream with logprobs at 4 MiB).
+  size_t send_buffer_bytes = 0;
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 
 import pytest
@@ -62,12 +63,16 @@ def test_client_that_pipelines_megabytes_then_leaves_is_still_seen(big):
 
 
 # 2 and 3. A client that stops reading: the write deadline passes, the request is cancelled as
-# slow_consumer at once (a failed write cancels) and counted, and its handler lets go.
-@pytest.mark.heavy  # ~1,800 tokens to fill the socket buffers
+# slow_consumer at once (a failed write cancels) and counted, and its handler lets go. A write
+# blocks only once the kernel's send buffer is full: autotuned (4 MiB by default) it took
+# ~1,980 tokens of this stream, every one generated for nobody (and minutes under ASan);
+# --send-buffer 65536 bounds that to the buffer's ~60 events and what the engine makes during
+# the write deadline (~390 tokens with a 1 s deadline on a Zen 5 host; here 0.25 s).
 def test_client_that_stops_reading_is_cancelled_as_slow_consumer(start_server, models):
     # Greedy with the default system prompt runs this random model to max_tokens (sampled, it
     # ends with EOG after ~1,000 tokens, which the kernel buffers absorb: never slow).
-    s = start_server(models["big"], "--ctx-size", "4096", "--write-timeout", "1")
+    s = start_server(models["big"], "--ctx-size", "4096", "--write-timeout", "0.25",
+                     "--send-buffer", "65536")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window, never read
     sock.connect(("127.0.0.1", s.port))
@@ -75,15 +80,21 @@ def test_client_that_stops_reading_is_cancelled_as_slow_consumer(start_server, m
         "model": "default", "stream": True, "max_tokens": LONG, "logprobs": True,
         "top_logprobs": 20, "temperature": 0,  # greedy: this fixture reaches LONG, no EOG
         "messages": [{"role": "user", "content": "go"}]}))
-    # ~1,800 tokens fill the socket buffers first: seconds in a release build, minutes under
-    # a sanitizer on a loaded machine; the wait ends as soon as the cancellation is counted.
     wait_for(lambda: s.metric("ember_cancellations_total", cause="slow_consumer") == 1,
              timeout=600, what="slow_consumer cancellation")
     settled(s)
     n = s.metric("ember_generated_tokens_total")
+    assert n < 1000, f"{n} tokens generated for a client that never read: --send-buffer ignored?"
     assert_idle(s.pid)
     assert s.metric("ember_generated_tokens_total") == n
     sock.close()
+
+
+def test_a_bad_send_buffer_is_refused_naming_the_flag(ember):
+    p = subprocess.run([ember, "serve", "--model", "default", "--send-buffer", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "--send-buffer" in p.stderr and "-1" in p.stderr, p.stderr
 
 
 # 7. Half-close: the request is still wanted; it gets its whole answer.
