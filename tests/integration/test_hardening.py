@@ -67,7 +67,8 @@ def test_client_that_pipelines_megabytes_then_leaves_is_still_seen(big):
 # blocks only once the kernel's send buffer is full: autotuned (4 MiB by default) it took
 # ~1,980 tokens of this stream, every one generated for nobody (and minutes under ASan);
 # --send-buffer 65536 bounds that to the buffer's ~60 events and what the engine makes during
-# the write deadline (~390 tokens with a 1 s deadline on a Zen 5 host; here 0.25 s).
+# the write deadline (release build, Zen 5 host: ~390 tokens with a 1 s deadline, ~130 with
+# this test's 0.25 s).
 def test_client_that_stops_reading_is_cancelled_as_slow_consumer(start_server, models):
     # Greedy with the default system prompt runs this random model to max_tokens (sampled, it
     # ends with EOG after ~1,000 tokens, which the kernel buffers absorb: never slow).
