@@ -65,7 +65,7 @@ def test_client_that_pipelines_megabytes_then_leaves_is_still_seen(big):
 # 2 and 3. A client that stops reading: the write deadline passes, the request is cancelled as
 # slow_consumer at once (a failed write cancels) and counted, and its handler lets go. A write
 # blocks only once the kernel's send buffer is full: autotuned (4 MiB by default) it took
-# ~1,980 tokens of this stream, every one generated for nobody (and minutes under ASan);
+# ~1,980 tokens of this stream, every one generated for nobody (67-77 s under ASan);
 # --send-buffer 65536 bounds that to the buffer's ~60 events and what the engine makes during
 # the write deadline (release build, Zen 5 host: ~390 tokens with a 1 s deadline, ~130 with
 # this test's 0.25 s).
