@@ -1,9 +1,10 @@
-// The settings table (DESIGN.md §7): one table per settings struct declares each field's flag,
+// The settings table: one table per settings struct declares each field's flag,
 // environment variable, default (the struct's initializer) and help text, with its validation.
 // The same table parses (`set`), validates, renders the effective configuration (`dump`, for the
 // log line and for the worker protocol, which carries engine settings as key/value pairs) and,
 // through cli/settings_cli.h, declares the CLI11 options that print `--help` and read the
 // environment. Adding a setting is one line: `t.add("--name", &S::field, "EMBER_NAME", "help")`.
+// See docs/architecture.md, "Settings".
 //
 // Invariants: a key (the long flag without its dashes) names one field; `set` either stores a
 // valid value or returns an error naming the flag and the bad value; dump() → set() round-trips.

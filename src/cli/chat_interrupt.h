@@ -2,12 +2,13 @@
 // being generated cancels that generation through its CancelToken (the engine stops at its next
 // poll site) and the chat goes on; SIGINT while waiting for the user's line ends the chat.
 //
-// The signal handler only counts the signal and writes a byte to a self-pipe (DESIGN.md §4); a
+// The signal handler only counts the signal and writes a byte to a self-pipe; a
 // watcher thread reads the pipe and cancels the token of the generation in flight. SIGINT is
 // blocked in every thread but the one that constructed ChatInterrupts (construct it before
 // starting other threads, e.g. the engine), so the signal interrupts that thread's read(), which
 // read_line() notices (the handler is installed without SA_RESTART).
 // One instance per process; the destructor restores the previous handler.
+// See docs/architecture.md, "Drain contract".
 #pragma once
 
 #include <atomic>

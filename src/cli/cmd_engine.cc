@@ -1,7 +1,8 @@
-// `ember engine`: the engine worker (DESIGN.md §4). Started by `ember serve` in its own process
+// `ember engine`: the engine worker. Started by `ember serve` in its own process
 // group; speaks the worker protocol on stdin/stdout and logs to stderr. The engine's settings
 // arrive in the protocol's Configure frame, not on the command line; the flags here are about
 // the process itself. See worker/worker_loop.h for the lifecycle.
+// See docs/architecture.md, "Worker protocol".
 #include <CLI/CLI.hpp>
 
 #include <csignal>

@@ -1,8 +1,9 @@
-// `ember serve`: the OpenAI-compatible HTTP server (the front, DESIGN.md §4). The engine runs in
+// `ember serve`: the OpenAI-compatible HTTP server (the front). The engine runs in
 // a worker process (`--engine subprocess`, the default: `ember engine`, supervised and
 // restarted by worker::SubprocessEngineClient) or in this process (`--engine in-process`).
 // The listener comes up first and the model loads after, so /health answers "loading"
 // meanwhile. Settings come from two tables (cli/serve_settings.h, worker/engine_settings.h).
+// See docs/architecture.md, "Processes and shutdown".
 //
 // Signals: SIGINT/SIGTERM arrive through a self-pipe on a thread of their own, which outlives
 // the HTTP threads: the first begins the drain; a second — at any moment, also while the

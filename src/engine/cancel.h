@@ -1,5 +1,6 @@
 // CancelToken: the one cooperative stop signal shared by everyone who can stop a request (the
-// HTTP handler, the engine's control plane, a deadline, a test). DESIGN.md §3.
+// HTTP handler, the engine's control plane, a deadline, a test).
+// See docs/architecture.md, "Cancellation contract".
 //
 // Invariants:
 // - A default-constructed token is never(): it holds nothing, every query is a null check, and

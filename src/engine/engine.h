@@ -7,13 +7,14 @@
 // active sequence: one decode token for each decoding sequence plus at most one prefill chunk
 // (prefill_chunk tokens) per prefilling sequence.
 //
-// Cancellation contract (DESIGN.md §3): each live request is polled at three sites, in the
+// Cancellation contract: each live request is polled at three sites, in the
 // order poll -> hook -> re-poll -> work: before every prefill chunk, before the "seed" forward
 // that yields the first token's logits, and before every decode step; the engine's shutdown
 // flag is polled at the same sites. The residual, non-interruptible work of a cancelled
 // request is therefore at most one prefill chunk, one seed forward, or one decode step.
 // A request stopped before its first token produces zero tokens. Every admitted or queued
 // request ends with exactly one DoneEvent, including at shutdown.
+// See docs/architecture.md, "Cancellation contract".
 //
 // Details the contract leaves open, fixed here:
 // - Cancel and shutdown do not wait in the mailbox: cancel(id) and signal_shutdown() set flags
@@ -72,10 +73,11 @@
 
 namespace ember::engine {
 
-// Test hooks (DESIGN.md §3). Snapshotted when a request is admitted; may block (a test holds
+// Test hooks. Snapshotted when a request is admitted; may block (a test holds
 // a barrier there); must not call back into the engine's control plane (submit, cancel, the
 // warm-state calls, signal_shutdown, destruction). Production builds pay one null check per
 // site.
+// See docs/architecture.md, "Cancellation contract".
 struct GenHooks {
   // request id, position of the first token of the chunk (0, 512, 1024, ...)
   std::function<void(uint64_t id, int32_t chunk_pos)> on_before_prefill_chunk;

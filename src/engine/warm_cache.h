@@ -1,7 +1,8 @@
 // Warm state: the prefix cache's hottest blocks in a file, written on graceful exit and read at
-// start (DESIGN.md §5). The file is never trusted: anything short of a fully valid file for
+// start. The file is never trusted: anything short of a fully valid file for
 // this exact model and KV layout is rejected whole (an Error naming what is wrong; the engine
 // logs it and starts cold), never a crash and never a block under the wrong key.
+// See docs/architecture.md, "Warm start".
 //
 // Format (little-endian), version 1:
 //   header   96 bytes: magic "EMBERWRM", u32 version, u32 header size, u64 model fingerprint,

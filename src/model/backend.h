@@ -1,6 +1,7 @@
-// The narrow interface between the engine and a forward pass (DESIGN.md §6a): the model
+// The narrow interface between the engine and a forward pass: the model
 // description, weights and KV layout stay behind it; token ids go in, logits come out. The CPU
 // implementation is in model/cpu_model.*; a CUDA one can join later without the engine changing.
+// See docs/architecture.md, "The forward pass".
 #pragma once
 
 #include <cstdint>

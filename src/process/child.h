@@ -1,8 +1,9 @@
-// Child processes in their own process group (DESIGN.md §1 layer 2, §4). spawn() starts the
+// Child processes in their own process group. spawn() starts the
 // program with posix_spawn and POSIX_SPAWN_SETPGROUP, so a terminal's Ctrl-C (sent to the
 // foreground group) never reaches it; stdin and stdout are pipes the caller owns, stderr is
 // inherited (the child's logs pass through). Signal dispositions and the mask are reset to the
 // defaults in the child, and every descriptor above stderr is closed in it.
+// See docs/architecture.md, "Processes and shutdown".
 //
 // Invariants: the child is reaped exactly once, under the Child's lock (try_reap/wait_for are
 // safe from any thread); once reaped, its pid is never signalled again (the pid may be reused);

@@ -1,8 +1,9 @@
-// Signals through a self-pipe (DESIGN.md §4): the handler only writes the signal's number to
+// Signals through a self-pipe: the handler only writes the signal's number to
 // a non-blocking pipe; a thread (or a poll loop) reads it and decides. Handlers are installed
 // WITHOUT SA_RESTART, so a blocking read the stop depends on returns EINTR instead of silently
 // resuming. One SignalPipe per process at a time; its destructor restores the default
 // dispositions of the signals it took.
+// See docs/architecture.md, "Drain contract".
 #pragma once
 
 #include <chrono>

@@ -1,9 +1,10 @@
-// The stop ladder (DESIGN.md §4 step 4): close the child's stdin (it drains and exits), wait
+// The stop ladder: close the child's stdin (it drains and exits), wait
 // `eof_wait`; SIGTERM its group, wait `term_wait`; SIGKILL its group, wait `kill_wait`. After
 // every rung the child's real state is checked with waitpid (through StoppableChild::try_reap)
 // rather than trusted from the wait returning: a wait can end early (EINTR, a spurious wakeup)
 // with the child still running, and the ladder then keeps waiting until the rung's deadline.
 // Each rung taken is logged; the outcome names the rung that ended the child.
+// See docs/architecture.md, "Stop ladder".
 //
 // Time comes from an injectable clock, so unit tests drive the ladder on simulated time; the
 // real Child implements StoppableChild and is tested with real processes.

@@ -1,10 +1,11 @@
 // POST /v1/chat/completions and /v1/completions: validate, template, tokenize, submit, then
 // relay engine events as SSE chunks or one JSON body.
 //
-// Cancellation (DESIGN.md §3): the handler owns the request's EventStream; a coroutine torn
+// Cancellation: the handler owns the request's EventStream; a coroutine torn
 // down early drops it, which cancels the request. While the answer is produced, a read on the
 // socket (the watcher) notices a client that leaves — streaming or not — and cancels at once; the
 // engine sees it at its next poll site.
+// See docs/architecture.md, "Cancellation contract".
 //
 // Leak paths closed (issue 10):
 // - The watcher never stops looking: bytes pipelined past kPipelineCap are discarded (and the

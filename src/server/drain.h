@@ -1,5 +1,6 @@
-// The drain controller (DESIGN.md §4 steps 1–3): pure lifecycle logic, driven by the caller's
+// The drain controller: pure lifecycle logic, driven by the caller's
 // clock so tests run it on simulated time.
+// See docs/architecture.md, "Drain contract".
 //
 //   Serving --signal--> Draining --(in-flight == 0)--------------------------> Done
 //                          |--(deadline passed)--> CuttingOff --(in-flight == 0

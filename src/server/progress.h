@@ -1,6 +1,7 @@
-// Liveness by progress (DESIGN.md §4): the engine is unhealthy when it has work (queued or
+// Liveness by progress: the engine is unhealthy when it has work (queued or
 // active requests) while its step counter stands still for longer than `stall_limit`.
 // Driven by the caller's clock so tests use simulated time.
+// See docs/architecture.md, "Drain contract".
 #pragma once
 
 #include <chrono>

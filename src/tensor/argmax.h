@@ -8,7 +8,7 @@
 // threads wait for the next step: 262,144 logits for Gemma 3. The twin takes two passes (the
 // maximum, then its first index: on average half the row again); the AVX2 kernel reads the row
 // once in blocks of 256, then rescans only the block that holds the maximum (argmax.cc;
-// BENCHMARKS.md, twenty-second session).
+// docs/perf-notes.md, "The engine thread's serial work").
 #pragma once
 
 #include <cstdint>

@@ -551,7 +551,7 @@ void unpack8(int64_t nb, const FromInterleaved8<U>& src, uint8_t* buf) {
 // unpacked from 16 vs from 64, us): at 16 tokens Q8_0 640x2048 418-446 vs 351-357, Q4_1
 // 4096x4096 3395-3424 vs 2962-2995, 1536x576 172-173 vs 162-167; at 32 tokens Q8_0 640x2048
 // 776-782 vs 703-728, Q4_1 4096x4096 6219-6276 vs 5679-5868, 1536x576 332 vs 332-335.
-// The 5-bit types were unpacked from 2 tokens until the seventeenth session; direct is faster up
+// The 5-bit types were unpacked from 2 tokens until c3a3dd8 (2026-12-04); direct is faster up
 // to 8 at least (Zen 3 host, 2 threads, 8 tokens, 6 interleaved rounds, us, unpacked vs direct,
 // paired median, 5 of 6 faster each: Q5_0 640x2048 112.5 vs 101.1, 0.88; 2048x640 110.0 vs
 // 102.0, 0.95; 1024x640 59.2 vs 55.3, 0.93; 131072x640 7324 vs 6149, 0.87) and mostly slower

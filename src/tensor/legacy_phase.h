@@ -154,7 +154,7 @@ void act_side(int64_t nb, const uint8_t* a, ActSide* side) {
 // software prefetch runs kPrefetchBytes ahead (rows are contiguous).
 // 8 KiB: on the Zen 5 host 8-stream decode ran 13-14% faster than at 4 KiB (both models,
 // avx512) and batch 1 0-6%; on the Intel host the avx2 one-token kernels timed the same at 4, 8 and
-// 16 KiB (kernels_bench; BENCHMARKS.md, ninth and tenth sessions).
+// 16 KiB (kernels_bench; docs/perf-notes.md, "Decode from memory").
 constexpr size_t kPrefetchBytes = 8192;
 
 // The first 32 bits (d, or d and m) of 8 consecutive blocks, one vector: scalar loads and

@@ -1,8 +1,9 @@
-// Output constraints as a source spec that crosses the worker protocol (DESIGN.md §4). A
+// Output constraints as a source spec that crosses the worker protocol. A
 // TokenConstraint is an in-process object (a grammar matcher over one vocabulary); what the
 // front sends the worker is the spec it was built from, and both sides build the constraint
 // with the same function against the same GGUF's vocabulary, so the worker's matcher accepts
 // exactly what the front's would.
+// See docs/architecture.md, "Worker protocol".
 //
 // A spec is one of:
 //   "json_object"                  any JSON object

@@ -1,8 +1,9 @@
-// EngineClient: what the server talks to (DESIGN.md §1 layer 5). Two implementations: the
+// EngineClient: what the server talks to. Two implementations: the
 // in-process one (inprocess_client.h) wraps an engine::Engine in this process; the subprocess
 // one (subprocess_client.h) speaks the worker protocol to `ember engine`. The server never
 // sees which. The engine side owns the bookkeeping of in-flight requests: the server asks it
 // to cancel them all at the drain deadline rather than keeping its own registry.
+// See docs/architecture.md, "Layers".
 //
 // Contract: every method is thread-safe and non-blocking except submit() on the subprocess
 // client (one round trip to the worker) and shutdown(). submit() either returns a stream that

@@ -1,7 +1,8 @@
-// The engine's process settings (DESIGN.md §7): shared by `ember serve` (in-process, or passed
+// The engine's process settings: shared by `ember serve` (in-process, or passed
 // to the worker in the protocol's Configure frame) and `ember engine` (the worker); `ember run`
 // and `ember bench` declare their own. Loading a model with them gives a LoadedModel: the
 // backend, the engine options and what the front needs to know about the model.
+// See docs/architecture.md, "Settings".
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// The worker protocol (DESIGN.md §4): frames between the front and `ember engine` over the
+// The worker protocol: frames between the front and `ember engine` over the
 // worker's stdin (front → worker: Configure, Submit, Cancel, Stop) and stdout (worker → front:
 // Hello, LoadFailed, Accepted, Rejected, Token, Done, Stats, ProtocolError).
+// See docs/architecture.md, "Worker protocol".
 //
 // A frame is a 12-byte header — magic "EMBW", version (u16), type (u16), payload length
 // (u32), all little-endian — then the payload: fields in a fixed order per message, integers

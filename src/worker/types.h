@@ -1,8 +1,9 @@
-// The vocabulary of the server→worker seam (DESIGN.md §1 layer 5): what the server hands an
+// The vocabulary of the server→worker seam: what the server hands an
 // EngineClient and what it gets back. The server includes only worker/ headers; the request and
 // event data types are the engine's plain structs, re-exported here, while everything about
 // submitting (errors, stats, the model as the front sees it) is the worker layer's own, so both
 // EngineClient implementations — in-process and subprocess — report in the same terms.
+// See docs/architecture.md, "Layers".
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// The worker main loop (`ember engine`, DESIGN.md §4): the engine behind the worker protocol.
+// The worker main loop (`ember engine`): the engine behind the worker protocol.
 // Frames come in on `in_fd` (stdin), events go out on `out_fd` (stdout), logs go to stderr.
+// See docs/architecture.md, "Worker protocol".
 //
 // Lifecycle: the first frame must be Configure (engine settings); the worker loads the model
 // and answers Hello (or LoadFailed, then exits 1). It then accepts Submit/Cancel until it

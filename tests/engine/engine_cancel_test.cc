@@ -1,6 +1,7 @@
-// The cancellation contract (DESIGN.md §3) on the FakeBackend: the {cancel, shutdown} x
+// The cancellation contract on the FakeBackend: the {cancel, shutdown} x
 // {mid-prefill, between prefill and seed, mid-decode} matrix, hook positions and snapshots,
 // budgets, prefixes, destroy and shutdown with work in flight, and a randomized leak check.
+// See docs/architecture.md, "Cancellation contract".
 #include <gtest/gtest.h>
 
 #include <random>

@@ -1,5 +1,6 @@
-"""The two-process `ember serve` (DESIGN.md §4): the worker in its own process group, the stop
+"""The two-process `ember serve`: the worker in its own process group, the stop
 ladder, crash recovery, `ember stop`, pid files, /admin/shutdown. Real processes, real signals.
+See docs/architecture.md, "Processes and shutdown".
 
 Windows are kept small with test-only settings (--engine-drain, --engine-term-wait) so that every
 test is bounded; the bounds asserted are generous lifecycle promises, not timings.
