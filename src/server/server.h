@@ -49,7 +49,7 @@ struct ServerOptions {
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
-  bool handle_signals = true;                     // false in tests: call begin_drain()
+  bool handle_signals = true;                     // ember serve: false (its signal thread drains)
   // Origins browsers may call from (CORS); empty: none; "*": any.
   std::vector<std::string> cors_origins;
   int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
