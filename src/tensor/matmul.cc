@@ -237,8 +237,8 @@ void matmul_then(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
   // cut into tasks of halving size (tensor/task_plan.h), run as parallel_for_blocks, so each
   // thread streams one contiguous stretch of the products (a longer stream for the prefetchers;
   // up to 10% more batch-1 decode than 4 interleaved tasks per thread on the Zen 5 host,
-  // f1f424c, docs/perf-notes.md) and a thread done with its own takes the tail of a late or slow
-  // one's.
+  // f1f424c; docs/perf-notes.md, "Splitting a decode step across two threads") and a thread
+  // done with its own takes the tail of a late or slow one's.
   std::array<Product, kMaxMatmulOuts> products;
   for (size_t i = 0; i < outs.size(); ++i) {
     products[i] = plan(*outs[i].w, outs[i].y, act_of[i], n_tokens);

@@ -112,7 +112,7 @@ double read_together(const std::vector<const uint8_t*>& bufs, size_t bytes, int 
     // One window for all: from the common start to the last thread's end. Timing each thread
     // from its own start (as this probe once did) let a thread the hypervisor held back start
     // after the other had finished, and two back-to-back single-thread reads then counted as
-    // up to twice the one-thread rate (docs/perf-notes.md).
+    // up to twice the one-thread rate (docs/perf-notes.md, "Reading the bandwidth probe").
     const Clock::time_point start = Clock::now();
     go.store(true, std::memory_order_release);
     body(0);

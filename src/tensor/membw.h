@@ -26,8 +26,9 @@ ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes_per_thread = 256
 // The host's bandwidth sampled around pieces of other work, for a work rate read against the
 // bandwidth the host gave while that work ran rather than against a best pass taken apart from
 // it. On a shared VM the two-thread rate can double for a few hundred milliseconds when the
-// neighbours go quiet (docs/perf-notes.md); a best-of-five probe catches such a
-// window whenever one of its passes falls in it, while a 128-token decode beside it may not.
+// neighbours go quiet (docs/perf-notes.md, "Reading the bandwidth probe"); a best-of-five
+// probe catches such a window whenever one of its passes falls in it, while a 128-token
+// decode beside it may not.
 // Buffers are allocated and faulted in once; each sample() is the best of `passes` passes (one by
 // default: no best-of) of every thread at once over its own buffer, in GB/s, a pass timed from
 // the threads' common start to the last one's end (measure_read_bandwidth is two of these).
