@@ -204,6 +204,12 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "ember serve: %s\n", port.message().c_str());
     return 1;
   }
+  if (auto st = pid_file.set_port(*port); !st) {
+    log::warn(
+        "ember: {}: cannot record the port ({}); ember restart will refuse a --port 0 "
+        "server",
+        o.pid_file, st.message());
+  }
   srv.start();
   std::fprintf(stderr, "ember: listening on http://%s:%u%s%s\n", o.host.c_str(), unsigned{*port},
                so.web_ui ? "  (chat page at /)" : "",

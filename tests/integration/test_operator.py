@@ -1,0 +1,96 @@
+"""Operator commands where the obvious thing goes wrong: `ember stop` given a pid file whose pid
+now belongs to another ember, and `ember restart` of a server started with `--port 0`
+(docs/operations.md, "Pid files").
+"""
+import os
+import subprocess
+
+from conftest import Server, request, wait_for
+from test_reuse_port import wait_line
+from test_worker import alive, worker_pid
+
+
+def pid_file_fields(path):
+    """The pid file as (pid, {key: value}): the pid on the first line, "key value" lines after."""
+    lines = open(path).read().splitlines()
+    return int(lines[0]), dict(l.split(" ", 1) for l in lines[1:])
+
+
+def test_stop_refuses_a_pid_now_held_by_another_ember(ember, start_server, models, tmp_path):
+    # A server wrote the file and died without removing it (SIGKILL); its pid went to another
+    # ember: another server, or another server's engine worker. The name matches, the start time
+    # recorded in the file does not, and neither process may be signalled.
+    pid_file = tmp_path / "ember.pid"
+    first = start_server(models["small"], "--pid-file", str(pid_file))
+    pid, fields = pid_file_fields(pid_file)
+    assert pid == first.pid and "start_time" in fields and "boot_id" in fields
+    first.proc.kill()
+    first.wait_exit()
+    assert pid_file.exists()
+
+    other = start_server(models["small"])
+    worker = worker_pid(other)
+    assert worker is not None
+    for victim in (other.pid, worker):
+        pid_file.write_text(f"{victim}\nstart_time {fields['start_time']}\n"
+                            f"boot_id {fields['boot_id']}\n")
+        r = subprocess.run([ember, "stop", "--pid-file", str(pid_file), "--timeout", "5"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"pid {victim} is not the server that wrote it (start time" in r.stderr, r.stderr
+        assert "refusing to signal it" in r.stderr, r.stderr
+        assert not pid_file.exists()  # stale: removed
+        assert alive(victim)
+    assert other.proc.poll() is None and alive(worker)
+    assert request(other.port, "GET", "/ready")[0] == 200
+    assert "draining" not in "".join(other.lines)
+
+
+def test_restart_of_a_port_0_server_keeps_its_port(ember, models, tmp_path):
+    pid_file = str(tmp_path / "ember.pid")
+    new_log = tmp_path / "new.log"
+    old = Server(ember, models["small"], "--reuse-port", "--handover", "0.2", "--pid-file",
+                 pid_file)  # --port 0: the kernel picks the port
+    new_pid = None
+    try:
+        wait_line(old, "model loaded; ready")
+        port = old.port
+        pid, fields = pid_file_fields(pid_file)
+        assert pid == old.pid and fields["port"] == str(port)
+
+        # A pid file that records no port (an older ember wrote it): with --port 0 there is no
+        # telling which port the successor should take, so restart refuses and touches nothing.
+        saved = open(pid_file).read()
+        with open(pid_file, "w") as f:
+            f.write(f"{old.pid}\n")
+        r = subprocess.run([ember, "restart", "--pid-file", pid_file], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "records no bound port" in r.stderr, r.stderr
+        assert old.proc.poll() is None
+        with open(pid_file, "w") as f:
+            f.write(saved)
+
+        r = subprocess.run([ember, "restart", "--pid-file", pid_file, "--log", str(new_log)],
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr + "".join(old.lines)
+        assert old.wait_exit(60) == 0
+        new_pid, fields = pid_file_fields(pid_file)
+        assert new_pid != old.pid and fields["port"] == str(port)
+        # The successor serves the port the old server had, not a port of its own.
+        assert f"listening on http://127.0.0.1:{port}" in new_log.read_text(), new_log.read_text()
+        assert request(port, "GET", "/ready", timeout=10)[0] == 200
+
+        stop = subprocess.run([ember, "stop", "--pid-file", pid_file], capture_output=True,
+                              text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        wait_for(lambda: not alive(new_pid), 30, what="the successor gone")
+        new_pid = None
+    finally:
+        old.stop()
+        if new_pid:
+            try:
+                os.kill(new_pid, 9)
+            except ProcessLookupError:
+                pass
+
