@@ -385,8 +385,11 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
   boost::system::error_code ec;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   c->stream.close();
-  std::lock_guard lock(s.reg_mu);
-  s.conns.erase(conn_id);
+  {
+    std::lock_guard lock(s.reg_mu);
+    s.conns.erase(conn_id);
+  }
+  s.on_connection_closed();
 }
 
 }  // namespace ember::server

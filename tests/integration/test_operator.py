@@ -1,11 +1,12 @@
 """Operator commands where the obvious thing goes wrong: `ember stop` given a pid file whose pid
-now belongs to another ember, and `ember restart` of a server started with `--port 0`
-(docs/operations.md, "Pid files").
+now belongs to another ember, `ember restart` of a server started with `--port 0`, and a server
+short of file descriptors (docs/operations.md, "Pid files" and "File descriptors").
 """
 import os
 import subprocess
+import time
 
-from conftest import Server, request, wait_for
+from conftest import Server, connect, cpu_seconds, request, wait_for
 from test_reuse_port import wait_line
 from test_worker import alive, worker_pid
 
@@ -94,3 +95,51 @@ def test_restart_of_a_port_0_server_keeps_its_port(ember, models, tmp_path):
             except ProcessLookupError:
                 pass
 
+
+def open_files_limit(pid):
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return line.split()[3:5]  # soft, hard
+    raise AssertionError("no open-files line")
+
+
+def test_out_of_descriptors_the_server_neither_spins_nor_stops_answering(ember, models, tmp_path):
+    # soft = hard = 64 (the server cannot raise it): far fewer descriptors than connections.
+    wrapper = tmp_path / "ember-64-files"
+    wrapper.write_text(f'#!/bin/bash\nulimit -n 64\nexec "{ember}" "$@"\n')
+    wrapper.chmod(0o755)
+    s = Server(str(wrapper), models["small"], "--header-timeout", "60")
+    conns = []
+    try:
+        s.wait_ready()
+        assert open_files_limit(s.pid) == ["64", "64"]
+        assert "open files limit 64 (the hard limit)" in "".join(s.lines)
+        for _ in range(120):  # idle connections: each one the server takes holds a descriptor
+            conns.append(connect(s.port, timeout=30))
+        wait_for(lambda: "Too many open files" in "".join(s.lines), 20,
+                 what="an accept failing with EMFILE")
+        # Over a bounded interval, a retry loop without a pause burns a whole core; paused, the
+        # server sleeps. A generous bound: a tenth of one core.
+        before = cpu_seconds(s.pid)
+        t0 = time.monotonic()
+        time.sleep(2.0)  # a measurement window, not synchronization
+        used = cpu_seconds(s.pid) - before
+        elapsed = time.monotonic() - t0
+        print(f"out of descriptors: {used:.3f} s of CPU in {elapsed:.2f} s")
+        assert used / elapsed < 0.1, f"{used:.2f} s of CPU in {elapsed:.2f} s while out of files"
+        for c in conns:
+            c.close()
+        conns = []
+        # The descriptors come back as the sessions see their clients go; the server takes the
+        # queued connections (all closed) and then ours.
+        status, _, body = request(s.port, "GET", "/health", timeout=20)
+        assert status == 200, body
+        assert s.metric("ember_accept_errors_total", reason="emfile") >= 1
+        # Logged after the accept that ended the run (the server's stderr is read by a thread).
+        wait_for(lambda: "accepting connections again" in "".join(s.lines), 10,
+                 what="the end of the failed accepts logged")
+    finally:
+        for c in conns:
+            c.close()
+        s.stop()
