@@ -1,9 +1,12 @@
 // `ember restart`: replaces a running `ember serve --reuse-port` in place, without refusing a
 // connection and without losing its warm cache (docs/operations.md, "In-place restart").
 //
-//   1. Finds the server through its pid file and reads how it was started (/proc/PID/cmdline,
-//      environ and cwd), so the successor runs with the same flags and environment — but from
-//      this binary, which makes `ember restart` also the upgrade path.
+//   1. Finds the server through its pid file (pinned by a pidfd once its start time matched the
+//      file: process/pid_file.h) and reads how it was started (/proc/PID/cmdline, environ and
+//      cwd), so the successor runs with the same flags and environment — but from this binary,
+//      which makes `ember restart` also the upgrade path — and on the port the old server
+//      actually bound, which the pid file records (with `--port 0` the flags alone would send
+//      the successor to another ephemeral port).
 //   2. SIGUSR1: the old server writes its warm-state file now and reports it in P.warm. The
 //      successor loads that file at start: the old server saves before the new one loads, so
 //      what the cache held a moment ago is what the successor starts with (saving at the old
@@ -70,6 +73,37 @@ bool has_reuse_port(const std::vector<std::string>& args, const std::vector<std:
     if (e == "EMBER_REUSE_PORT=1" || e == "EMBER_REUSE_PORT=true") return true;
   }
   return false;
+}
+
+// The last --port value in `args`, else EMBER_PORT from `env`; empty: neither (the default).
+std::string port_setting(const std::vector<std::string>& args,
+                         const std::vector<std::string>& env) {
+  std::string port;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--port" && i + 1 < args.size()) port = args[++i];
+    if (args[i].rfind("--port=", 0) == 0) port = args[i].substr(7);
+  }
+  if (!port.empty()) return port;
+  for (const auto& e : env) {
+    if (e.rfind("EMBER_PORT=", 0) == 0) port = e.substr(11);
+  }
+  return port;
+}
+
+// `args` with every --port replaced by one `--port PORT` (which also overrides EMBER_PORT).
+std::vector<std::string> with_port(const std::vector<std::string>& args, uint16_t port) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--port") {
+      ++i;  // and its value
+      continue;
+    }
+    if (args[i].rfind("--port=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  out.push_back("--port");
+  out.push_back(std::to_string(port));
+  return out;
 }
 
 // The datagram socket the successor's READY=1 arrives on (an abstract name: nothing to clean).
@@ -186,9 +220,9 @@ int cmd_restart(int argc, char** argv) {
     std::fprintf(stderr, "ember restart: %s\n", m.c_str());
     return 1;
   };
-  auto info = process::inspect_pid_file(pid_file);
-  if (info.state != process::PidState::Running) return report_error(info.detail);
-  const pid_t old_pid = info.pid;
+  auto pinned = process::PinnedProcess::pin(pid_file);
+  if (!pinned) return report_error(pinned.message());
+  const pid_t old_pid = pinned->pid();
   const std::string proc = fmt::format("/proc/{}", old_pid);
   auto cmdline = read_nul_list(proc + "/cmdline");
   auto environ_list = read_nul_list(proc + "/environ");
@@ -211,13 +245,19 @@ int cmd_restart(int argc, char** argv) {
         "start it again)",
         old_pid));
   }
+  if (const uint16_t bound = pinned->info().port; bound != 0) {
+    args = with_port(args, bound);
+  } else if (port_setting(args, *environ_list) == "0") {
+    return report_error(fmt::format(
+        "{} records no bound port (the server, pid {}, has not bound yet or is from an older "
+        "ember) and it was started with --port 0: the successor could not find its port",
+        pid_file, old_pid));
+  }
 
   // 2. The warm state, saved now for the successor to load.
   const std::string warm_path = warm_report_path(pid_file);
   std::filesystem::remove(warm_path, ec);
-  if (::kill(old_pid, SIGUSR1) != 0) {
-    return report_error(fmt::format("cannot signal pid {}: {}", old_pid, std::strerror(errno)));
-  }
+  if (auto st = pinned->signal(SIGUSR1); !st) return report_error(st.message());
   std::optional<engine::WarmReport> warm;
   for (auto deadline = Clock::now() + ms(save_timeout_s); Clock::now() < deadline;) {
     if (auto r = read_warm_report(warm_path)) {  // absent until the old server wrote it
@@ -265,10 +305,8 @@ int cmd_restart(int argc, char** argv) {
   }
 
   // 4. The old server drains and hands the port over.
-  if (::kill(old_pid, SIGTERM) != 0) {
-    return report_error(fmt::format("cannot signal pid {}: {}", old_pid, std::strerror(errno)));
-  }
-  if (!process::wait_gone(old_pid, ms(timeout_s))) {
+  if (auto st = pinned->signal(SIGTERM); !st) return report_error(st.message());
+  if (!pinned->wait_gone(ms(timeout_s))) {
     return report_error(fmt::format(
         "the new server (pid {}) serves, but the old one (pid {}) is still draining after {} s "
         "(ember stop --force stops it)",

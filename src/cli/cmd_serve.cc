@@ -30,6 +30,7 @@
 #include "cli/settings_cli.h"
 #include "cli/stop_report.h"
 #include "process/child.h"
+#include "process/fd_limit.h"
 #include "process/pid_file.h"
 #include "process/sd_notify.h"
 #include "process/signal_pipe.h"
@@ -159,6 +160,15 @@ int cmd_serve(int argc, char** argv) {
   log::info("ember serve: settings: {} {}", worker::engine_settings_table().describe(es),
             serve_settings_table().describe(o));
   std::signal(SIGPIPE, SIG_IGN);
+  // Every connection is a descriptor: take all the open files the hard limit allows.
+  if (auto fd = process::raise_fd_limit(); !fd.error.empty()) {
+    log::warn("ember: open files limit stays at {}: cannot raise it to the hard limit {}: {}",
+              fd.before, fd.hard, fd.error);
+  } else if (fd.after != fd.before) {
+    log::info("ember: open files limit raised from {} to {} (the hard limit)", fd.before, fd.after);
+  } else {
+    log::info("ember: open files limit {} (the hard limit)", fd.after);
+  }
   // SIGUSR1: save the warm state now (`ember restart` hands it to the successor).
   auto sig = process::SignalPipe::install({SIGINT, SIGTERM, SIGUSR1});
   if (!sig) {
@@ -204,6 +214,12 @@ int cmd_serve(int argc, char** argv) {
   if (!port) {
     std::fprintf(stderr, "ember serve: %s\n", port.message().c_str());
     return 1;
+  }
+  if (auto st = pid_file.set_port(*port); !st) {
+    log::warn(
+        "ember: {}: cannot record the port ({}); ember restart will refuse a --port 0 "
+        "server",
+        o.pid_file, st.message());
   }
   srv.start();
   std::fprintf(stderr, "ember: listening on http://%s:%u%s%s\n", o.host.c_str(), unsigned{*port},

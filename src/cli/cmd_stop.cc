@@ -1,14 +1,14 @@
 // `ember stop`: stops a running `ember serve` from another terminal. Finds it through its pid
-// file (a stale file — dead pid, or a pid that is not ember — is reported and removed), sends
-// SIGTERM (the graceful drain), waits for the process to go (a pidfd, since it is not our
-// child), then reads the stop report the server wrote on its way out: requests drained and
-// cancelled, how the engine stopped, the exit status. `--force` escalates when the wait runs
-// out: a second SIGTERM (the server kills its engine and exits at once), then SIGKILL.
+// file (a stale file — a dead pid, or a pid now held by another process, ember or not: its start
+// time differs from the one recorded — is reported and removed, and nothing is signalled),
+// pins the process with a pidfd, sends it SIGTERM (the graceful drain), waits for it to go (the
+// pidfd, since it is not our child), then reads the stop report the server wrote on its way out:
+// requests drained and cancelled, how the engine stopped, the exit status. `--force` escalates when
+// the wait runs out: a second SIGTERM (the server kills its engine and exits at once), then
+// SIGKILL.
 #include <CLI/CLI.hpp>
 
-#include <errno.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -46,24 +46,38 @@ int cmd_stop(int argc, char** argv) {
       std::fprintf(stderr, "ember stop: %s\n", info.detail.c_str());
       return 1;
     case process::PidState::Dead:
-    case process::PidState::NotEmber: {
+    case process::PidState::NotEmber:
+    case process::PidState::NotWriter: {
       std::error_code ec;
       std::filesystem::remove(pid_file, ec);
-      std::fprintf(stderr, "ember stop: %s; removed it (no server to stop)\n", info.detail.c_str());
+      const bool live = info.state != process::PidState::Dead;
+      std::fprintf(stderr, "ember stop: %s%s; removed the file (no server to stop)\n",
+                   info.detail.c_str(), live ? ": refusing to signal it" : "");
       return 1;
     }
     case process::PidState::Running:
       break;
   }
-  const pid_t pid = info.pid;
-  if (::kill(pid, SIGTERM) != 0) {
-    std::fprintf(stderr, "ember stop: cannot signal process %d: %s\n", pid, strerror(errno));
+  if (!info.identity_known) {
+    std::fprintf(stderr,
+                 "ember stop: %s records no start time (written by an older ember): process %d "
+                 "is trusted by its name only\n",
+                 pid_file.c_str(), info.pid);
+  }
+  auto pinned = process::PinnedProcess::pin(pid_file);
+  if (!pinned) {
+    std::fprintf(stderr, "ember stop: %s: refusing to signal it\n", pinned.message().c_str());
+    return 1;
+  }
+  const pid_t pid = pinned->pid();
+  if (auto st = pinned->signal(SIGTERM); !st) {
+    std::fprintf(stderr, "ember stop: %s\n", st.message().c_str());
     return 1;
   }
   std::fprintf(stderr, "ember stop: asked ember (pid %d) to drain and stop; waiting up to %g s\n",
                pid, timeout_s);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  bool gone = process::wait_gone(pid, timeout);
+  bool gone = pinned->wait_gone(timeout);
   const char* escalated = nullptr;
   if (!gone && !force) {
     std::fprintf(stderr,
@@ -74,14 +88,14 @@ int cmd_stop(int argc, char** argv) {
   }
   if (!gone) {
     std::fprintf(stderr, "ember stop: --force: second SIGTERM (kill the engine, exit now)\n");
-    ::kill(pid, SIGTERM);
+    (void)pinned->signal(SIGTERM);
     escalated = "second SIGTERM";
-    gone = process::wait_gone(pid, std::chrono::seconds(5));
+    gone = pinned->wait_gone(std::chrono::seconds(5));
     if (!gone) {
       std::fprintf(stderr, "ember stop: --force: SIGKILL\n");
-      ::kill(pid, SIGKILL);
+      (void)pinned->signal(SIGKILL);
       escalated = "SIGKILL";
-      gone = process::wait_gone(pid, std::chrono::seconds(5));
+      gone = pinned->wait_gone(std::chrono::seconds(5));
     }
   }
   if (!gone) {

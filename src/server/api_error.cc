@@ -36,6 +36,8 @@ ErrorInfo error_info(ErrorKind kind) {
       return {503, "server_error", "engine_restarting", 1};
     case ErrorKind::Timeout:
       return {408, "invalid_request_error", "request_timeout", 0};
+    case ErrorKind::NotImplemented:
+      return {501, "invalid_request_error", "not_implemented", 0};
   }
   return {500, "server_error", "internal_error", 0};
 }

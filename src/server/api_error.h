@@ -27,6 +27,7 @@ enum class ErrorKind {
   Draining,          // 503 + Retry-After: shutting down, or cut off by the drain deadline
   EngineRestarting,  // 503 + Retry-After: the engine worker died and is being restarted
   Timeout,           // 408: request header/body not received in time
+  NotImplemented,    // 501: a transfer coding ember does not decode (http_framing.h)
 };
 
 struct ApiError {

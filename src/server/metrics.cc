@@ -66,6 +66,14 @@ Metrics::Metrics()
     cancel_latency_.emplace(
         phase, Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}));
   }
+  for (const char* reason : {"emfile", "enfile", "nomem", "other"}) accept_errors_[reason] = 0;
+}
+
+void Metrics::count_accept_error(std::string_view reason) {
+  std::lock_guard lock(mu_);
+  auto it = accept_errors_.find(reason);
+  if (it == accept_errors_.end()) it = accept_errors_.find(std::string_view("other"));
+  it->second++;
 }
 
 void Metrics::observe_cancel_latency(std::string_view phase, double seconds) {
@@ -170,6 +178,11 @@ std::string Metrics::render(const MetricsSnapshot& snap) const {
   header(out, "ember_worker_restarts_total", "counter",
          "Engine worker processes restarted after an unexpected exit.");
   fmt::format_to(it, "ember_worker_restarts_total {}\n", snap.worker_restarts);
+  header(out, "ember_accept_errors_total", "counter",
+         "Failed accepts of new connections, by reason (emfile: out of descriptors).");
+  for (const auto& [reason, n] : accept_errors_) {
+    fmt::format_to(it, "ember_accept_errors_total{{reason=\"{}\"}} {}\n", reason, n);
+  }
   header(out, "ember_engine_up", "gauge", "1 when the engine (worker) is running and loaded.");
   fmt::format_to(it, "ember_engine_up {}\n", snap.engine_up ? 1 : 0);
   header(out, "ember_ready", "gauge", "1 when the server accepts completions.");

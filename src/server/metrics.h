@@ -12,6 +12,8 @@
 //   ember_engine_steps_total                     counter
 //   ember_draining, ember_ready, ember_engine_up gauges (0/1)
 //   ember_worker_restarts_total                  counter (subprocess engine)
+//   ember_accept_errors_total{reason}            counter: failed accepts (emfile, enfile, nomem,
+//                                                other); each pauses the accept loop
 //   ember_prefix_cache_{hits,misses,evictions}_total, ember_prefix_cache_cached_tokens_total
 //                                                counters; ember_prefix_cache_{blocks,bytes} gauges
 //   ember_warm_cache_blocks_loaded, ember_warm_cache_load_seconds, ember_warm_cache_save_seconds
@@ -75,6 +77,8 @@ class Metrics {
   void count_cancellation(std::string_view cause);
   // phase: "queued", "prefill", "seed" or "decode"
   void observe_cancel_latency(std::string_view phase, double seconds);
+  // reason: "emfile", "enfile", "nomem" or "other"
+  void count_accept_error(std::string_view reason);
 
   uint64_t cancellations(std::string_view cause) const;
   uint64_t generated_tokens() const;
@@ -85,6 +89,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t, std::less<>> cancellations_;
+  std::map<std::string, uint64_t, std::less<>> accept_errors_;  // all four reasons, from 0
   uint64_t prompt_tokens_ = 0;
   uint64_t generated_tokens_ = 0;
   Histogram ttft_;

@@ -197,6 +197,7 @@ asio::awaitable<void> Server::Impl::drain_loop() {
           adopt(std::move(sock));
         }
         acceptor->close(ec);
+        wake_accept();  // a paused accept loop sees the closed listener and ends
       }
       // An accept the reactor finished before the close is still waiting for this strand:
       // let it register its connection before the count below.
@@ -249,8 +250,31 @@ void Server::Impl::adopt(tcp::socket sock) {
   asio::co_spawn(ex, run_session(*this, std::move(c), id), asio::detached);
 }
 
+namespace {
+
+// The label of ember_accept_errors_total for a failed accept.
+std::string_view accept_error_reason(const boost::system::error_code& ec) {
+  if (ec == boost::system::errc::too_many_files_open) return "emfile";
+  if (ec == boost::system::errc::too_many_files_open_in_system) return "enfile";
+  if (ec == boost::system::errc::no_buffer_space || ec == boost::system::errc::not_enough_memory) {
+    return "nomem";
+  }
+  return "other";
+}
+
+}  // namespace
+
+// A failed accept leaves the connection in the listen queue, so retrying at once fails again at
+// once: out of descriptors (EMFILE), the loop spun at full CPU and starved the sessions whose
+// closing would have freed one. Instead it pauses until one of our connections closes (its
+// descriptor is what the next accept needs) or the backoff passes (a descriptor freed elsewhere,
+// ENFILE), the backoff doubling from kAcceptBackoffFirst to kAcceptBackoffMax while accepts keep
+// failing. Each failure is counted in ember_accept_errors_total{reason}.
 asio::awaitable<void> Server::Impl::accept_loop() {
   accepting = true;
+  auto backoff = kAcceptBackoffFirst;
+  int failures = 0;  // in a row
+  asio::steady_timer pause(*control);
   for (;;) {
     auto [ec, sock] = co_await acceptor->async_accept(asio::make_strand(*ioc),
                                                       asio::as_tuple(asio::use_awaitable));
@@ -270,8 +294,37 @@ asio::awaitable<void> Server::Impl::accept_loop() {
       accepting = false;
       co_return;
     }
-    // any other error (e.g. EMFILE): keep serving the connections we have
+    if (!ec) {
+      if (failures > 0) {
+        log::info("ember: accepting connections again after {} failed accept(s)", failures);
+      }
+      failures = 0;
+      backoff = kAcceptBackoffFirst;
+      continue;
+    }
+    metrics.count_accept_error(accept_error_reason(ec));
+    if (failures++ == 0) {
+      log::warn(
+          "ember: accept: {}: not accepting until a connection closes (or for up to {} ms); "
+          "see the open-files limit in docs/operations.md",
+          ec.message(), kAcceptBackoffMax.count());
+    }
+    pause.expires_after(backoff);
+    accept_pause = &pause;
+    accept_paused = true;
+    co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+    accept_paused = false;
+    accept_pause = nullptr;
+    backoff = std::min(backoff * 2, kAcceptBackoffMax);
   }
+}
+
+void Server::Impl::wake_accept() {
+  if (accept_pause) accept_pause->cancel();
+}
+
+void Server::Impl::on_connection_closed() {
+  if (accept_paused.load()) asio::post(*control, [this] { wake_accept(); });
 }
 
 Server::Server(ServerOptions opts) : impl_(std::make_shared<Impl>(std::move(opts))) {}

@@ -70,6 +70,9 @@ struct Server::Impl {
   std::atomic<bool> listening{false};    // listen(2) done (at once, or at ready with reuse_port)
   std::atomic<bool> handed_over{false};  // reuse_port: the listener closed after the handover
   bool accepting = false;                // accept_loop is running (control strand only)
+  // While accept_loop pauses after a failed accept (EMFILE...): its timer (control strand only).
+  asio::steady_timer* accept_pause = nullptr;
+  std::atomic<bool> accept_paused{false};
   std::atomic<int> handover_accepts{0};  // connections taken while handing the port over
   std::atomic<int> in_flight{0};
   std::atomic<int> drain_in_flight{0};  // requests in flight when the drain began
@@ -93,8 +96,14 @@ struct Server::Impl {
   void start_drain();         // control strand
   void request_drain();       // any thread: begin the drain unless it has begun (idempotent)
   asio::awaitable<void> accept_loop();
-  Status open_listener();  // control strand (or before start): listen(2), then accept
-  void hand_over();        // control strand: steer new connections away, close after handover
+  // Pause bounds after a failed accept: doubles from the first to the second while accepts
+  // keep failing; a closed connection ends a pause early (on_connection_closed).
+  static constexpr std::chrono::milliseconds kAcceptBackoffFirst{10};
+  static constexpr std::chrono::milliseconds kAcceptBackoffMax{1000};
+  void wake_accept();           // control strand: end an accept pause now
+  void on_connection_closed();  // any thread: a session closed its socket (a descriptor is free)
+  Status open_listener();       // control strand (or before start): listen(2), then accept
+  void hand_over();             // control strand: steer new connections away, close after handover
   asio::awaitable<void> drain_loop();
   // A connection taken from the listener: registered in `conns`, its session spawned.
   void adopt(tcp::socket sock);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "server/http_framing.h"
 #include "server/server_impl.h"
 #include "server/sse.h"
 #include "server/web_assets.h"
@@ -21,10 +22,6 @@ Reply error_reply(const ApiError& e) {
 namespace {
 
 using json = nlohmann::json;
-
-std::string_view path_of(std::string_view target) {
-  return target.substr(0, target.find('?'));
-}
 
 const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
   if (!s.opts.web_ui) return nullptr;
@@ -250,7 +247,7 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
 }
 
 asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req) {
-  std::string_view path = path_of(req.target());
+  std::string_view path = request_path(req.target());
   std::string_view route = route_label(s, path);
   bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
   if (completion && req.method() == http::verb::post && authorized(s, req)) {
@@ -261,8 +258,15 @@ asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const R
   co_return co_await send_reply(s, *c, req, route, reply);
 }
 
+// A Beast parse error that means the client sent a malformed message (answered 400), not the
+// end of the stream, a timeout, a reset or a close for the drain.
+bool malformed(const boost::system::error_code& ec) {
+  return ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
+         ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
+
 // An oversized or malformed request: answer, then read and discard briefly so the client sees
-// the answer instead of a reset.
+// the answer instead of a reset. The connection closes: what follows was never framed.
 asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError& e) {
   Request dummy;
   dummy.version(11);
@@ -343,13 +347,18 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
     }
     if (ec) {
       // A malformed head gets a 400; end of stream, timeouts, resets and drain closes do not.
-      if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
-          ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        const ApiError malformed{
+      if (malformed(ec)) {
+        const ApiError bad_head{
             ErrorKind::InvalidRequest, "malformed HTTP request: " + ec.message(), {}};
-        co_await reject_and_close(s, *c, malformed);
+        co_await reject_and_close(s, *c, bad_head);
       }
       break;  // end of stream, timeout, reset, or closed for the drain
+    }
+    // A transfer coding other than chunked (501), or framing that cannot be trusted (400): the
+    // body is not read, so the connection cannot carry another request.
+    if (auto bad_framing = check_transfer_encoding(parser.get())) {
+      co_await reject_and_close(s, *c, *bad_framing);
+      break;
     }
     if (!parser.is_done()) {
       // A client that sent `Expect: 100-continue` waits for this before sending the body.
@@ -368,6 +377,11 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
         co_await reject_and_close(s, *c, too_large);
         break;
       }
+      if (malformed(bec)) {  // e.g. a bad chunk size
+        const ApiError bad_body{
+            ErrorKind::InvalidRequest, "malformed HTTP request body: " + bec.message(), {}};
+        co_await reject_and_close(s, *c, bad_body);
+      }
       if (bec) break;
     }
     c->stream.expires_never();
@@ -385,8 +399,11 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
   boost::system::error_code ec;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   c->stream.close();
-  std::lock_guard lock(s.reg_mu);
-  s.conns.erase(conn_id);
+  {
+    std::lock_guard lock(s.reg_mu);
+    s.conns.erase(conn_id);
+  }
+  s.on_connection_closed();
 }
 
 }  // namespace ember::server

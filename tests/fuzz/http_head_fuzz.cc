@@ -1,11 +1,15 @@
 // Fuzz target: HTTP request parsing as ember's session does it (session.cc): a Beast
 // request_parser<string_body> with a 64 KiB header limit and a body limit, fed the bytes in
-// pieces whose sizes come from the input, as a socket would deliver them.
+// pieces whose sizes come from the input, as a socket would deliver them; then the framing
+// checks ember adds once the head is read (server/http_framing.h: transfer codings, the
+// request target's forms).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include <boost/beast/http.hpp>
+
+#include "server/http_framing.h"
 
 namespace http = boost::beast::http;
 
@@ -40,6 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)req.keep_alive();
     (void)req.version();
     (void)req.find(http::field::authorization);
+    (void)ember::server::check_transfer_encoding(req);
+    std::string_view path = ember::server::request_path(req.target());
+    if (path.size() > req.target().size()) __builtin_trap();  // always a piece of the target
   }
   return 0;
 }

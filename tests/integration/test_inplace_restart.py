@@ -48,7 +48,7 @@ def test_restart_keeps_the_port_and_the_warm_cache_under_load(ember, models, tmp
         assert r.returncode == 0, r.stdout + r.stderr + "".join(old.lines)
         assert "warm state saved by pid" in r.stderr, r.stderr
         assert "replaced by pid" in r.stdout, r.stdout
-        new_pid = int(open(pid_file).read())
+        new_pid = int(open(pid_file).readline())
         assert new_pid != old.pid
         assert old.wait_exit(60) == 0  # it had drained by the time restart returned
         after = hammer.count()

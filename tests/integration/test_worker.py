@@ -216,7 +216,7 @@ def test_ember_stop_drains_streams_in_flight(ember, start_server, models, tmp_pa
     pid_file = str(tmp_path / "ember.pid")
     s = start_server(models["big"], "--pid-file", pid_file, "--drain-timeout", "60")
     with open(pid_file) as f:
-        assert int(f.read()) == s.pid
+        assert int(f.readline()) == s.pid  # the pid, then "key value" lines
     out, threads = start_streams(s, 2, 200)
     r = subprocess.run([ember, "stop", "--pid-file", pid_file], capture_output=True, text=True,
                        timeout=120)
@@ -243,7 +243,7 @@ def test_ember_stop_reports_a_stale_pid_file(ember, start_server, models, tmp_pa
     # A pid that is alive but not ember (this test runner) is stale too; serve replaces it.
     pid_file.write_text(f"{os.getpid()}\n")
     s = start_server(models["small"], "--pid-file", str(pid_file))
-    assert int(pid_file.read_text()) == s.pid
+    assert int(pid_file.read_text().splitlines()[0]) == s.pid
     assert "is not ember; replacing it" in log(s)
 
 
