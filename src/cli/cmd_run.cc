@@ -19,6 +19,7 @@
 #include "model/backend.h"
 #include "tensor/quant.h"
 #include "text/text_codec.h"
+#include "worker/engine_settings.h"
 
 namespace ember::cli {
 
@@ -196,10 +197,8 @@ int cmd_run(int argc, char** argv) {
       ->envname("EMBER_KV_TYPE")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
-  app.add_option("--simd-level", o.simd_level,
-                 "kernel level to run (scalar, avx2, avx512-vnni, avx512-amx; default: the best "
-                 "this CPU has)")
-      ->envname("EMBER_SIMD_LEVEL");
+  // The engine's own setting: its flag, EMBER_SIMD_LEVEL, and its help.
+  add_setting(app, worker::engine_settings_table(), "simd-level", o.simd_level);
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
   app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")
       ->capture_default_str();
