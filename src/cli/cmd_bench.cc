@@ -35,10 +35,12 @@
 #include "cli/bench_kv.h"
 #include "cli/commands.h"
 #include "cli/model_path.h"
+#include "cli/settings_cli.h"
 #include "engine/engine.h"
 #include "model/backend.h"
 #include "tensor/membw.h"
 #include "tensor/quant.h"
+#include "worker/engine_settings.h"
 
 namespace ember::cli {
 
@@ -290,12 +292,17 @@ void print_pool(const json& p) {
 }
 
 void print_text(const json& o) {
-  std::printf("simd level %s, %d threads\n", o["simd_level"].get<std::string>().c_str(),
-              o["threads"].get<int>());
+  const int threads = o["threads"].get<int>();
+  std::printf("simd level %s, %d thread%s\n", o["simd_level"].get<std::string>().c_str(), threads,
+              threads == 1 ? "" : "s");
   if (o.contains("bandwidth")) {
-    std::printf("read bandwidth: 1 thread %.1f GB/s, %d threads %.1f GB/s\n",
-                o["bandwidth"]["single_gbps"].get<double>(), o["bandwidth"]["threads"].get<int>(),
-                o["bandwidth"]["all_gbps"].get<double>());
+    const json& b = o["bandwidth"];
+    std::printf("read bandwidth: 1 thread %.1f GB/s", b["single_gbps"].get<double>());
+    // A 1-thread probe measured one figure: printed once.
+    if (b["threads"].get<int>() > 1) {
+      std::printf(", %d threads %.1f GB/s", b["threads"].get<int>(), b["all_gbps"].get<double>());
+    }
+    std::printf("\n");
   }
   if (!o.contains("model")) return;
   std::printf(
@@ -581,9 +588,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--json", o.json, "one line of JSON");
   app.add_flag("--mmap-weights", o.mmap_weights,
                "stream weights from the file mapping instead of huge-page copies (A/B)");
-  app.add_option("--simd-level", o.simd_level,
-                 "kernel level to run (scalar, avx2, avx512-vnni, avx512-amx; default: the best "
-                 "this CPU has)");
+  // The engine's own setting: its flag, EMBER_SIMD_LEVEL, and its help.
+  add_setting(app, worker::engine_settings_table(), "simd-level", o.simd_level);
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--pool-timing", o.pool_timing,
                "also time the compute pool's hand-offs at batch-1 decode and at each -c "

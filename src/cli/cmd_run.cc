@@ -13,10 +13,13 @@
 #include "cli/chat_interrupt.h"
 #include "cli/commands.h"
 #include "cli/model_path.h"
+#include "cli/serve_settings.h"
+#include "cli/settings_cli.h"
 #include "engine/engine.h"
 #include "model/backend.h"
 #include "tensor/quant.h"
 #include "text/text_codec.h"
+#include "worker/engine_settings.h"
 
 namespace ember::cli {
 
@@ -25,7 +28,7 @@ namespace {
 struct RunOptions {
   std::string model = "default";
   std::string prompt;
-  int32_t n_predict = 128;
+  int32_t n_predict = 0;  // from serve's --max-tokens (add_setting)
   float temperature = 0.8f;
   int32_t top_k = 40;
   float top_p = 0.95f;
@@ -154,7 +157,9 @@ int run_chat(Loaded& m, ChatInterrupts& interrupts, const RunOptions& o, uint64_
       std::fprintf(stderr, "\nember run: %s\n", out.message().c_str());
       return 1;
     }
+    // A cut answer is marked: by Ctrl-C, or by the token limit (-n) mid-sentence.
     if (out->done.reason == engine::FinishReason::Cancelled) std::fputs(" [stopped]", stdout);
+    if (out->done.reason == engine::FinishReason::Length) std::fputs(" [length]", stdout);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     conv.push_back({"assistant", out->text});
@@ -173,7 +178,9 @@ int cmd_run(int argc, char** argv) {
       ->envname("EMBER_MODEL")
       ->capture_default_str();
   app.add_option("-p,--prompt", o.prompt, "prompt text");
-  app.add_option("-n,--n-predict", o.n_predict, "most tokens to generate")->capture_default_str();
+  // The same setting as `ember serve --max-tokens` (its default and EMBER_MAX_TOKENS).
+  add_setting(app, serve_settings_table(), "max-tokens", o.n_predict, "-n,--n-predict,--max-tokens",
+              "most tokens generated per answer (the context bounds every answer)");
   app.add_option("--temp", o.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", o.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", o.top_p, "top-p (1: off)")->capture_default_str();
@@ -190,10 +197,8 @@ int cmd_run(int argc, char** argv) {
       ->envname("EMBER_KV_TYPE")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
-  app.add_option("--simd-level", o.simd_level,
-                 "kernel level to run (scalar, avx2, avx512-vnni, avx512-amx; default: the best "
-                 "this CPU has)")
-      ->envname("EMBER_SIMD_LEVEL");
+  // The engine's own setting: its flag, EMBER_SIMD_LEVEL, and its help.
+  add_setting(app, worker::engine_settings_table(), "simd-level", o.simd_level);
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
   app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")
       ->capture_default_str();

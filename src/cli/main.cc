@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "cli/commands.h"
+#include "cli/version.h"
 
 namespace {
 
@@ -24,6 +25,8 @@ constexpr Subcommand kCommands[] = {
     {"models", ember::cli::cmd_models, "list the named models --model accepts"},
     {"fixture", ember::cli::cmd_fixture, "write a small random-weight model for tests"},
     {"bench", ember::cli::cmd_bench, "measure prefill, decode and batched decode on this host"},
+    {"version", ember::cli::cmd_version,
+     "version, commit, compiler, and the kernel levels this CPU has (also --version)"},
 };
 
 void usage(FILE* out) {
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
     usage(stdout);
     return 0;
   }
+  if (cmd == "--version" || cmd == "-V") return ember::cli::cmd_version(argc - 1, argv + 1);
   for (const auto& c : kCommands) {
     if (cmd == c.name) return c.fn(argc - 1, argv + 1);
   }

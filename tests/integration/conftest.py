@@ -6,6 +6,7 @@ Tests synchronize on observable state (metrics, /ready), polled with bounded tim
 """
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -165,6 +166,33 @@ def start_server(ember):
 
 
 # ---- a small raw HTTP/1.1 client (for byte-exact checks and the error cases) ----
+
+def free_port():
+    """A loopback port for a test that must name its port before the server binds it (a
+    balancer's upstream list), or that binds it again after a restart. It is picked below the
+    kernel's ephemeral range (net.ipv4.ip_local_port_range), where neither a `--port 0` server
+    nor an outgoing connection's source port of another test can take it in between: a port from
+    bind(("127.0.0.1", 0)) is an ephemeral one, free again the moment it is closed. Random, and
+    checked to be free now, so that tests running side by side rarely meet; on a host whose
+    ephemeral range starts too low to leave room, an ephemeral port."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.Random()
+    for _ in range(100 if low > 12000 else 0):
+        port = rng.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def connect(port, timeout=30):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)

@@ -1,6 +1,10 @@
-"""`ember bench --simd-level`: the kernels of a named level run (for A/B of levels on one host),
-and a level this CPU lacks or that does not exist is refused with a message naming it."""
+"""`ember bench --simd-level` (or EMBER_SIMD_LEVEL, as for serve and run): the kernels of a named
+level run (for A/B of levels on one host), and a level this CPU lacks or that does not exist is
+refused with a message naming it. Also what bench measures at a depth, with --pool-timing, and
+how it prints a 1-thread probe."""
 import json
+import os
+import re
 import subprocess
 
 
@@ -34,6 +38,31 @@ def test_bench_refuses_an_unknown_simd_level_naming_it_and_the_levels_it_has(emb
     assert p.returncode == 2
     assert "avx9000" in p.stderr and "scalar" in p.stderr and "avx2" in p.stderr
     assert p.stdout == ""
+
+
+def test_bench_reads_ember_simd_level_as_serve_and_run_do(ember, tmp_path):
+    # The README's EMBER_SIMD_LEVEL: the same setting as `ember serve --simd-level`.
+    model = _fixture(ember, tmp_path)
+    env = {**os.environ, "EMBER_SIMD_LEVEL": "scalar"}
+    r = subprocess.run([ember, "bench", "-m", model, "-t", "1", "-p", "8", "-n", "4", "-c", "",
+                        "-r", "1", "--no-bandwidth", "--json"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["simd_level"] == "scalar"
+    env["EMBER_SIMD_LEVEL"] = "avx9000"
+    p = subprocess.run([ember, "bench", "-m", model, "-c", ""], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 2 and "avx9000" in p.stderr, p.stderr
+
+
+def test_bench_one_thread_prints_its_one_bandwidth_figure_once(ember):
+    p = subprocess.run([ember, "bench", "--bandwidth-only", "-t", "1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert re.fullmatch(r"simd level \S+, 1 thread", lines[0]), p.stdout
+    assert re.fullmatch(r"read bandwidth: 1 thread [0-9.]+ GB/s", lines[1]), p.stdout
+    assert "threads" not in p.stdout, p.stdout
 
 
 def test_bench_at_a_depth_counts_the_kv_it_reads_in_its_bandwidth(ember, tmp_path):

@@ -14,13 +14,7 @@ import subprocess
 import threading
 
 import pytest
-from conftest import Server, connect, parse_response, send_request, wait_for
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import Server, connect, free_port, parse_response, send_request, wait_for
 
 
 def one_request(port, i):

@@ -1,6 +1,7 @@
 """A rolling restart behind real nginx (Debian's, started here on loopback ports): three ember
 replicas on the default model, a steady mix of streaming and non-streaming requests, and each
-replica stopped gracefully and started again, one after another. Every request must either
+replica stopped gracefully and started again, one after another (the next one only once nginx
+sends the restarted one requests again: see roll_wait). Every request must either
 complete normally or be refused before it was accepted (503 + Retry-After, which this client
 honours by retrying): zero truncated streams, zero 5xx left after retries.
 
@@ -10,29 +11,22 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from conftest import REPO, Server, wait_for
+from conftest import REPO, Server, free_port, wait_for
 
 MAX_TOKENS = 12
 CLIENTS = 4
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Nginx:
-    def __init__(self, listen_port, upstream_ports):
-        self.dir = tempfile.mkdtemp(prefix="ember-nginx-")
+    def __init__(self, listen_port, upstream_ports, directory):
+        self.dir = directory
+        os.makedirs(directory)
         conf = open(os.path.join(REPO, "contrib", "nginx", "ember.conf")).read()
         servers = "".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;\n"
                           for p in upstream_ports)
@@ -52,14 +46,20 @@ class Nginx:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.port = listen_port
 
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", listen_port), timeout=1).close()
-                return True
-            except OSError:
-                return self.proc.poll() is not None
-        wait_for(up, 10, what="nginx listening")
-        assert self.proc.poll() is None, self.proc.stderr.read().decode()
+        # nginx writes its pid file once its listening socket is bound (a connection to the
+        # port could have reached another program's listener while nginx still retried its bind).
+        pid_file = os.path.join(self.dir, "nginx.pid")
+        wait_for(lambda: os.path.exists(pid_file) or self.proc.poll() is not None, 10,
+                 what="nginx listening")
+        assert self.proc.poll() is None, self.proc.stderr.read().decode() + self.error_log()
+
+    def error_log(self, lines=80):
+        """The end of nginx's error log: why it answered 502 (which upstream, which errno)."""
+        try:
+            with open(os.path.join(self.dir, "error.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"(no error log: {e})"
 
     def stop(self):
         self.proc.send_signal(signal.SIGQUIT)
@@ -146,6 +146,30 @@ def p99(xs):
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
 
 
+def answered(server):
+    """Chat completions this replica has answered 200: they reach it only through nginx."""
+    try:
+        return server.metric("ember_http_requests_total", route="/v1/chat/completions",
+                             status="200")
+    except KeyError:  # none yet
+        return 0
+
+
+def roll_wait(server, k):
+    """The step of the rolling restart between a replica's /ready and stopping the next one.
+
+    nginx's health checks are passive: the connections refused while this replica was down
+    marked it failed (max_fails=1), and nginx sends it nothing until fail_timeout has passed
+    since its last failure, whatever /ready says. Stopping the next replica before then let
+    the roll outpace fail_timeout: on a fast host all three restarts took 1.74 s against 2 s,
+    every replica was marked failed at once, and nginx answered each request at once with 502
+    ("no live upstreams while connecting to upstream" in its error log) until the first one's
+    fail_timeout ran out: 5127 failed requests. So the roll waits for the evidence that nginx
+    takes this replica back: a request it answered."""
+    wait_for(lambda: answered(server) > 0, 60, interval=0.05,
+             what=f"nginx sending restarted replica {k} requests again")
+
+
 def stop_replica(ember, server, pid_file):
     """Graceful stop as an operator does it (`ember stop`, which waits for the drain), then the
     process's own exit status."""
@@ -165,7 +189,7 @@ def test_rolling_restart_behind_nginx_loses_no_request(ember, tmp_path):
                 for k, p in enumerate(ports)]
     for r in replicas:
         r.wait_ready(120)
-    nginx = Nginx(free_port(), ports)
+    nginx = Nginx(free_port(), ports, str(tmp_path / "nginx"))
     load = Load(nginx.port)
     try:
         load.start()
@@ -176,6 +200,7 @@ def test_rolling_restart_behind_nginx_loses_no_request(ember, tmp_path):
             assert code == 0, "".join(replicas[k].lines)
             replicas[k] = Server(ember, "default", *args, "--pid-file", pid_files[k], port=p)
             replicas[k].wait_ready(120)
+            roll_wait(replicas[k], k)
         roll_end = time.monotonic()
         time.sleep(3)
     finally:
@@ -201,6 +226,13 @@ def test_rolling_restart_behind_nginx_loses_no_request(ember, tmp_path):
         "p99_during_roll_s": round(p99(rolling), 3),
     }
     print("rolling restart:", json.dumps(figures))
+    if failures:
+        t0 = res[0][0] if res else 0
+        print("first failures (start s, end s, outcome; roll from %.2f to %.2f s):"
+              % (roll_start - t0, roll_end - t0))
+        for s, e, o, _, _ in failures[:10]:
+            print(f"  {s - t0:.3f} {e - t0:.3f} {o}")
+        print("--- nginx error.log ---\n" + nginx.error_log())
     out = os.environ.get("EMBER_TEST_OUT")
     if out:
         os.makedirs(out, exist_ok=True)

@@ -1,10 +1,12 @@
 """`ember run --chat` in a pseudo-terminal, as a person types into it: Ctrl-C during an answer
 stops that answer (the engine cancels through its CancelToken) and the chat goes on; Ctrl-C at
-the prompt, or Ctrl-D, ends it with exit 0. Runs on the default model (SmolLM2-135M-Instruct)."""
+the prompt, or Ctrl-D, ends it with exit 0. An answer cut by the token limit (-n, by default
+`ember serve --max-tokens`) is marked [length], as a stopped one is marked [stopped]. Runs on the default model (SmolLM2-135M-Instruct)."""
 import os
 import pty
 import re
 import select
+import subprocess
 import time
 
 import pytest
@@ -88,3 +90,35 @@ def test_ctrl_d_at_the_prompt_exits_cleanly(ember):
     p = chat(ember)
     p.send(b"\x04")
     assert p.wait_exit(10) == 0
+
+
+def piped_chat(ember, question, *args, env=None):
+    """One chat turn through a pipe (no terminal, so no prompt): the answer's line."""
+    r = subprocess.run([ember, "run", "--chat", "--temp", "0", "--threads", "1", *args],
+                       input=question + "\n", capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **(env or {})})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_an_answer_cut_by_the_token_limit_is_marked(ember):
+    # A story does not fit in 8 tokens: the answer ends mid-sentence, and says so.
+    out = piped_chat(ember, "Write a long story about a dragon.", "-n", "8")
+    assert out.endswith(" [length]\n"), out
+    # One that ends on its own is not marked.
+    out = piped_chat(ember, "What is the capital of France? Answer in one word.", "-n", "64")
+    assert "Paris" in out and "[length]" not in out, out
+
+
+def test_the_token_limit_is_serves_max_tokens_setting(ember):
+    # The same default as `ember serve --max-tokens`, and the same variable.
+    def default_of(help_text):
+        m = re.search(r"--max-tokens [^\n]*?=(\d+)", help_text)
+        assert m, help_text
+        return int(m.group(1))
+    serve = subprocess.run([ember, "serve", "--help"], capture_output=True, text=True).stdout
+    run = subprocess.run([ember, "run", "--help"], capture_output=True, text=True).stdout
+    assert default_of(run) == default_of(serve), run
+    out = piped_chat(ember, "Write a long story about a dragon.", env={"EMBER_MAX_TOKENS": "8"})
+    assert out.endswith(" [length]\n"), out
+    assert len(out) < 120, out  # 8 tokens, not the default's thousands

@@ -4,7 +4,9 @@ Selenium) against a real `ember serve` on the default model (SmolLM2-135M-Instru
 - a question gets a streamed answer naming Paris;
 - Stop during a long answer stops the engine, not just the rendering: within a second
   ember_active_sequences is 0 and a client cancellation is counted; the next question works;
-- a screenshot of the page mid-answer goes to the test's output folder (web_ui_mid_answer.png).
+- a screenshot of the page mid-answer goes to the test's output folder (web_ui_mid_answer.png);
+- New chat during an answer leaves that answer with the old conversation: the next question is
+  sent alone, and the status line is blank.
 """
 import os
 import shutil
@@ -138,6 +140,45 @@ def test_chat_page_streams_an_answer_and_stop_cancels_the_engine(server, browser
     wait_for(lambda: len(answers(d)) >= 1, 10, what="the answer's bubble")
     wait_for(lambda: state(d) == "idle" and "Paris" in answers(d)[-1], 60,
              what="the answer, naming Paris")
+
+
+def record_requests(d):
+    """Wraps the page's fetch so that every request body it sends is kept in window.sent."""
+    d.execute_script(
+        "window.sent = []; const f = window.fetch;"
+        "window.fetch = (url, opts) => {"
+        "  if (opts && opts.body) window.sent.push(JSON.parse(opts.body));"
+        "  return f(url, opts); };")
+
+
+def test_new_chat_during_an_answer_starts_a_clean_conversation(server, browser):
+    d = browser
+    d.get(server.base + "/")
+    wait_for(lambda: d.find_element(By.ID, "model").text != "", 10, what="model name shown")
+    record_requests(d)
+    set_controls(d, 0, 2000)
+    before = server.metric("ember_cancellations_total", cause="client")
+    ask(d, "Write a very long story about a dragon who learns to bake bread.")
+    wait_for(lambda: answers(d) and len(answers(d)[-1]) > 40, 60, what="streamed text")
+    # The click's handler aborts the fetch; the aborted turn's catch and finally run as soon as
+    # the handler returns (the read's rejection is already queued), before WebDriver answers.
+    d.find_element(By.ID, "new-chat").click()
+    assert state(d) == "idle"
+    assert d.find_element(By.ID, "status").text == ""
+    assert answers(d) == [] and not d.find_elements(By.CSS_SELECTOR, ".msg")
+    wait_for(lambda: server.metric("ember_cancellations_total", cause="client") == before + 1
+             and server.metric("ember_active_sequences") == 0, 2, what="engine cancelled")
+
+    set_controls(d, 0, 64)
+    ask(d, "What is the capital of France?")
+    wait_for(lambda: len(answers(d)) >= 1, 10, what="the answer's bubble")
+    wait_for(lambda: state(d) == "idle" and "Paris" in answers(d)[-1], 60,
+             what="the answer, naming Paris")
+    sent = d.execute_script("return window.sent")
+    assert len(sent) == 2, sent
+    turns = [m for m in sent[1]["messages"] if m["role"] != "system"]
+    assert turns == [{"role": "user", "content": "What is the capital of France?"}], turns
+    assert len(answers(d)) == 1 and "stopped" not in d.find_element(By.ID, "status").text
 
 
 def test_escape_stops_and_shift_enter_is_a_newline(server, browser):

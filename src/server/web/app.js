@@ -4,7 +4,9 @@
 const $ = (id) => document.getElementById(id);
 const log = $("log"), input = $("input"), sendBtn = $("send"), stopBtn = $("stop");
 const statusEl = $("status");
-const history = [];  // {role, content}: the whole conversation, resent each turn
+// {role, content}: the whole conversation, resent each turn. New chat starts a new array, so an
+// answer still ending (its catch and finally run after the abort) lands in the old one.
+let history = [];
 let controller = null;
 let apiKey = localStorage.getItem("ember.apiKey") || "";
 
@@ -94,13 +96,16 @@ async function send() {
     model: "default", messages, stream: true, stream_options: { include_usage: true },
     temperature: parseFloat($("temperature").value), max_tokens: parseInt($("max-tokens").value, 10) || undefined,
   };
-  controller = new AbortController();
+  const conv = history, mine = new AbortController();
+  controller = mine;
+  // This turn writes the status line only while its conversation is the one shown.
+  const status = (text) => { if (conv === history) statusEl.textContent = text; };
   setGenerating(true);
-  statusEl.textContent = "thinking…";
+  status("thinking…");
   let answer = "", tokens = 0, first = 0, finish = null, usage = null;
   try {
     const res = await fetch("/v1/chat/completions", {
-      method: "POST", headers: headers(), body: JSON.stringify(body), signal: controller.signal,
+      method: "POST", headers: headers(), body: JSON.stringify(body), signal: mine.signal,
     });
     if (!res.ok) {
       const err = await res.json().catch(() => ({}));
@@ -135,29 +140,32 @@ async function send() {
             answer += piece;
             out.textContent = answer;
             log.scrollTop = log.scrollHeight;
-            statusEl.textContent = tokens + " tokens · " + rate(tokens, first);
+            status(tokens + " tokens · " + rate(tokens, first));
           }
         }
       }
     }
     if (usage) tokens = usage.completion_tokens;
-    statusEl.textContent = tokens + " tokens · " + rate(tokens, first) + (finish === "length" ? " · stopped at the token limit" : "");
+    status(tokens + " tokens · " + rate(tokens, first) + (finish === "length" ? " · stopped at the token limit" : ""));
   } catch (e) {
     if (e.name === "AbortError") {
-      statusEl.textContent = tokens + " tokens · stopped";
+      status(tokens + " tokens · stopped");
       note(out, "stopped");
     } else {
-      statusEl.textContent = "";
-      bubble("error", "Error: " + e.message);
+      status("");
+      if (conv === history) bubble("error", "Error: " + e.message);
     }
   } finally {
     out.classList.remove("streaming");
     // A partial answer stays in the history (as after Stop in a terminal chat); a question
     // with no answer at all is dropped so that turns keep alternating.
-    if (answer) history.push({ role: "assistant", content: answer });
-    else history.pop();
-    controller = null;
-    setGenerating(false);
+    // After New chat, `conv` is the old conversation, no longer shown or sent.
+    if (answer) conv.push({ role: "assistant", content: answer });
+    else conv.pop();
+    if (controller === mine) {
+      controller = null;
+      setGenerating(false);
+    }
   }
 }
 
@@ -185,11 +193,14 @@ $("settings-toggle").addEventListener("click", () => {
   $("settings-toggle").setAttribute("aria-expanded", String(!s.hidden));
 });
 $("new-chat").addEventListener("click", () => {
+  // The answer in progress (if any) is aborted and stays with the old conversation: its turn
+  // ends asynchronously, after this, and must not reach the new one's history or status line.
   stop();
-  history.length = 0;
+  controller = null;
+  history = [];
   log.replaceChildren();
   statusEl.textContent = "";
-  input.focus();
+  setGenerating(false);
 });
 setGenerating(false);
 loadModel();
