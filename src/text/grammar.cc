@@ -723,30 +723,19 @@ bool Machine::step(uint8_t ch) {
           return n.lit_tags[i] >= tag_lo && n.lit_tags[i] <= tag_hi;
         };
         // [lo, hi) share their first `pos` bytes and are sorted: those that end there come
-        // first, then ascending by the byte at `pos`.
-        uint32_t nlo = lo, nhi = hi;
-        {
-          uint32_t a = lo, b = hi;  // first i with lits[i][pos] >= ch
+        // first, then ascending by the byte at `pos`; binary search for the run with `ch`.
+        auto first_where = [](uint32_t a, uint32_t b, auto before) {
           while (a < b) {
             const uint32_t m = a + (b - a) / 2;
-            if (n.lits[m].size() <= pos || uint8_t(n.lits[m][pos]) < ch) {
-              a = m + 1;
-            } else {
-              b = m;
-            }
+            before(m) ? a = m + 1 : b = m;
           }
-          nlo = a;
-          b = hi;  // first i with lits[i][pos] > ch
-          while (a < b) {
-            const uint32_t m = a + (b - a) / 2;
-            if (uint8_t(n.lits[m][pos]) <= ch) {
-              a = m + 1;
-            } else {
-              b = m;
-            }
-          }
-          nhi = a;
-        }
+          return a;
+        };
+        uint32_t nlo = first_where(lo, hi, [&](uint32_t i) {
+          return n.lits[i].size() <= pos || uint8_t(n.lits[i][pos]) < ch;
+        });
+        const uint32_t nhi =
+            first_where(nlo, hi, [&](uint32_t i) { return uint8_t(n.lits[i][pos]) <= ch; });
         while (nlo < nhi && !allowed(nlo)) ++nlo;
         if (nhi > nlo) {
           set_lit_pos(f, pos + 1);
