@@ -42,6 +42,7 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using BuiltConstraint = std::variant<std::shared_ptr<worker::TokenConstraint>, ApiError>;
 
 // Wakes the handler coroutine from the engine thread (via a post to the connection's strand)
 // and from the watcher. `notified` closes the race between draining the queue and waiting.
@@ -214,9 +215,10 @@ std::string new_call_id() {
 struct Prepared {
   std::shared_ptr<ServedModel> model;
   CompletionRequest r;
-  std::vector<std::vector<int32_t>> prompts;  // one per prompt (chat: one)
-  std::vector<std::string> echo;              // completions echo: each prompt's text
-  std::shared_ptr<worker::TokenConstraint> constraint;
+  std::vector<std::vector<int32_t>> prompts;            // one per prompt (chat: one)
+  std::vector<std::string> echo;                        // completions echo: each prompt's text
+  ConstraintSpec constraint_spec;                       // checked against the limits
+  std::shared_ptr<worker::TokenConstraint> constraint;  // built (or unbuilt) from it
   bool parse_tools = false;
   const char* prompt_param = "messages";
 };
@@ -267,9 +269,12 @@ std::variant<Prepared, ApiError> prepare(Server::Impl& s, const Request& req, En
     if (!enc) return ApiError{ErrorKind::InvalidRequest, enc.message(), "messages"};
     p.prompts.push_back(std::move(*enc));
     p.parse_tools = use_tools;
-    auto c = make_constraint(p.r, text);
+    auto c = constraint_spec(p.r, text);
     if (auto* e = std::get_if<ApiError>(&c)) return *e;
-    p.constraint = std::get<std::shared_ptr<worker::TokenConstraint>>(c);
+    p.constraint_spec = std::move(std::get<ConstraintSpec>(c));
+    if (!p.constraint_spec.spec.empty() && p.model->engine->builds_constraints()) {
+      p.constraint = worker::unbuilt_constraint(p.constraint_spec.spec);
+    }
   } else {
     p.prompt_param = "prompt";
     for (const Prompt& pr : p.r.prompts) {
@@ -360,6 +365,23 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     co_return co_await send_reply(s, *c, req, route, reply);
   }
   Prepared& p = std::get<Prepared>(prepared);
+  if (!p.constraint_spec.spec.empty() && !p.constraint) {
+    // The engine is in this process: compile here, once, on the compile thread (a grammar is
+    // linear in its schema, but still no work for an I/O thread).
+    std::shared_ptr<const text::TextCodec> codec = p.model->text;
+    ConstraintSpec spec = p.constraint_spec;
+    auto compile = [codec, spec]() -> asio::awaitable<BuiltConstraint> {
+      co_return build_constraint(spec, *codec);
+    };
+    auto on_pool = s.compile_pool.get_executor();
+    BuiltConstraint built =
+        co_await asio::co_spawn(on_pool, std::move(compile), asio::use_awaitable);
+    if (auto* e = std::get_if<ApiError>(&built)) {
+      Reply reply = error_reply(*e);
+      co_return co_await send_reply(s, *c, req, route, reply);
+    }
+    p.constraint = std::get<std::shared_ptr<worker::TokenConstraint>>(built);
+  }
   auto& model = p.model;
   CompletionRequest& r = p.r;
   const char* prompt_param = p.prompt_param;
@@ -393,6 +415,9 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       submit_error = sub.error ? from_submit_error(*sub.error)
                                : ApiError{ErrorKind::Internal, "engine refused the request", {}};
       if (submit_error->kind == ErrorKind::ContextTooLong) submit_error->param = prompt_param;
+      if (sub.error && sub.error->kind == worker::SubmitError::Kind::BadConstraint) {
+        submit_error = constraint_error(p.constraint_spec, sub.error->message);
+      }
       break;
     }
     std::vector<std::shared_ptr<worker::EventStream>> streams = {sub.stream};

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "text/json_limits.h"
+
 namespace ember::server {
 namespace {
 
@@ -14,33 +16,46 @@ bool forces_tool_call(const CompletionRequest& r) {
          (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named);
 }
 
-std::variant<std::shared_ptr<worker::TokenConstraint>, ApiError> make_constraint(
-    const CompletionRequest& r, const text::TextCodec& text) {
-  std::string spec;
-  const char* param = "response_format";
+ApiError constraint_error(const ConstraintSpec& c, const std::string& message) {
+  return ApiError{ErrorKind::Unsupported, fmt::format("{}: {}", c.param, message), c.param};
+}
+
+std::variant<ConstraintSpec, ApiError> constraint_spec(const CompletionRequest& r,
+                                                       const text::TextCodec& text) {
+  ConstraintSpec c;
+  text::SchemaBudget budget;  // one grammar: every schema of the request counts together
   if (forces_tool_call(r)) {
+    c.param = r.legacy_functions ? "functions" : "tools";
     std::vector<text::ToolSpec> specs;
     for (const json& t : r.tools) {
       const json& f = t["function"];
       std::string name = f["name"].get<std::string>();
       if (r.tool_choice == ToolChoice::Named && name != r.tool_choice_name) continue;
-      specs.push_back({name, f.value("parameters", json())});
+      json params = f.value("parameters", json());
+      if (auto l = text::check_schema_limits(params, budget); !l.ok()) {
+        return constraint_error(c, fmt::format("tool '{}' parameters: {}", name, l.message()));
+      }
+      specs.push_back({std::move(name), std::move(params)});
     }
-    spec = worker::tool_call_spec(text.tool_format(), specs);
-    param = r.legacy_functions ? "functions" : "tools";
+    c.spec = worker::tool_call_spec(text.tool_format(), specs);
   } else if (r.response_format == ResponseFormat::JsonObject) {
-    spec = worker::json_object_spec();
+    c.spec = worker::json_object_spec();
   } else if (r.response_format == ResponseFormat::JsonSchema) {
-    spec = worker::json_schema_spec(r.json_schema.dump());
-    param = "response_format.json_schema.schema";
-  } else {
-    return std::shared_ptr<worker::TokenConstraint>();
+    c.param = "response_format.json_schema.schema";
+    if (auto l = text::check_schema_limits(r.json_schema, budget); !l.ok()) {
+      return constraint_error(c, l.message());
+    }
+    c.spec = worker::json_schema_spec(r.json_schema.dump());
   }
-  auto c = worker::constraint_from_spec(spec, text);
-  if (!c.ok()) {
-    return ApiError{ErrorKind::Unsupported, fmt::format("{}: {}", param, c.message()), param};
-  }
-  return std::move(*c);
+  return c;
+}
+
+std::variant<std::shared_ptr<worker::TokenConstraint>, ApiError> build_constraint(
+    const ConstraintSpec& c, const text::TextCodec& text) {
+  if (c.spec.empty()) return std::shared_ptr<worker::TokenConstraint>();
+  auto built = worker::constraint_from_spec(c.spec, text);
+  if (!built.ok()) return constraint_error(c, built.message());
+  return std::move(*built);
 }
 
 }  // namespace ember::server

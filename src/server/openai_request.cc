@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "text/json_limits.h"
+
 namespace ember::server {
 namespace {
 
@@ -506,7 +508,7 @@ json template_messages(const std::vector<Message>& messages) {
     if (!m.tool_calls.empty()) {
       json calls = json::array();
       for (const ToolCallIn& c : m.tool_calls) {
-        json args = json::parse(c.arguments, nullptr, false);
+        json args = text::parse_json_bounded(c.arguments);
         if (args.is_discarded()) args = c.arguments;
         calls.push_back({{"id", c.id},
                          {"type", "function"},
@@ -523,7 +525,15 @@ json template_messages(const std::vector<Message>& messages) {
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    Endpoint endpoint) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Before anything parses or walks it: copies, dumps and the chat template recurse per level.
+  if (text::json_depth(body) > text::kMaxJsonDepth) {
+    return ApiError{ErrorKind::InvalidRequest,
+                    fmt::format("the request body nests arrays and objects deeper than {} levels "
+                                "(limit {})",
+                                text::kMaxJsonDepth, text::kMaxJsonDepth),
+                    std::nullopt};
+  }
+  json j = text::parse_json_bounded(body);  // linear in the members of an object, too
   if (j.is_discarded()) {
     return ApiError{ErrorKind::InvalidJson, "request body is not valid JSON", std::nullopt};
   }

@@ -57,6 +57,9 @@ struct Server::Impl {
   int signal_pipe[2] = {-1, -1};
   unsigned char signal_byte = 0;
   std::vector<std::thread> threads;
+  // Compiles output constraints for an engine in this process, off the I/O threads
+  // (completion.cc); after `ioc`, so it is joined before the io_context goes.
+  asio::thread_pool compile_pool{1};
   Metrics metrics;
 
   mutable std::mutex mu;  // guards model, load_error, progress

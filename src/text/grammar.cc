@@ -5,6 +5,8 @@
 #include <numeric>
 #include <set>
 
+#include "text/json_limits.h"
+
 namespace ember::text {
 
 using json = nlohmann::ordered_json;
@@ -26,6 +28,15 @@ bool is_digit(uint8_t c) {
 }
 bool is_hex(uint8_t c) {
   return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+// A literal frame's position: the bytes matched so far, in `a` and `state` (24 bits: a
+// literal is at most SchemaLimits::kMaxChars bytes long, plus quotes).
+uint32_t lit_pos(const Machine::Frame& f) {
+  return f.a | uint32_t{f.state} << 16;
+}
+void set_lit_pos(Machine::Frame& f, uint32_t pos) {
+  f.a = static_cast<uint16_t>(pos);
+  f.state = static_cast<uint8_t>(pos >> 16);
 }
 
 }  // namespace
@@ -71,6 +82,7 @@ class SchemaCompiler {
   uint32_t any();
 
  private:
+  Result<uint32_t> compile_at_depth(const json& s, const std::string& path);
   uint32_t reserve() { return g_.add(GrammarNode{}); }
   Result<uint32_t> type_node(const std::string& type, const json& s, const std::string& path);
   Result<uint32_t> object(const json& s, const std::string& path);
@@ -83,6 +95,7 @@ class SchemaCompiler {
   const json& root_;
   std::map<std::string, uint32_t> refs_;
   uint32_t any_ = kNoNode, string_ = kNoNode;
+  int depth_ = -1;  // subschema steps from the root of the schema being compiled
 };
 
 uint32_t SchemaCompiler::plain_string() {
@@ -137,6 +150,9 @@ Result<uint32_t> SchemaCompiler::literals(const json& values, const std::string&
   std::set<std::string> seen;
   for (const json& v : values) {
     std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (text.size() >= (size_t{1} << 24)) {
+      return fail("{}: an 'enum' or 'const' value is over {} bytes", path, (size_t{1} << 24) - 1);
+    }
     if (seen.insert(text).second) lits.emplace_back(std::move(text), kNoNode);
   }
   if (lits.empty()) return fail("{}: 'enum' must list at least one value", path);
@@ -204,31 +220,35 @@ Result<uint32_t> SchemaCompiler::object(const json& s, const std::string& path) 
     }
     return g_.add(std::move(n));
   }
+  size_t required_found = 0;
   for (auto it = props->begin(); it != props->end(); ++it) {
     GrammarNode::Property p;
     p.name = it.key();
     p.required = required.count(p.name) > 0;
+    required_found += p.required;
     EMBER_TRY(p.value, compile(*it, path + "/properties/" + p.name));
     n.props.push_back(std::move(p));
   }
-  for (const auto& r : required) {
-    if (!props->contains(r)) {
-      return fail("{}: required property '{}' is not among the properties", path, r);
+  if (required_found != required.size()) {  // (a lookup per name would be quadratic)
+    std::set<std::string> names;
+    for (const auto& p : n.props) names.insert(p.name);
+    for (const auto& r : required) {
+      if (!names.count(r)) {
+        return fail("{}: required property '{}' is not among the properties", path, r);
+      }
     }
   }
   const uint32_t self = reserve();
-  for (size_t i = 0; i < n.props.size(); ++i) {
-    std::vector<std::pair<std::string, uint32_t>> keys;
-    std::vector<uint32_t> tags;
-    for (size_t k = i; k < n.props.size(); ++k) {
-      keys.emplace_back(json(n.props[k].name).dump() + ":", kNoNode);
-      if (n.props[k].required) break;
-    }
-    uint32_t lit = g_.add_literals(keys);
-    for (uint32_t& tag : g_.nodes_[lit].lit_tags) tag += static_cast<uint32_t>(i);
-    n.key_lits.push_back(lit);
+  std::vector<std::pair<std::string, uint32_t>> keys;  // tags: the properties' indexes
+  keys.reserve(n.props.size());
+  for (const auto& p : n.props) keys.emplace_back(json(p.name).dump() + ":", kNoNode);
+  n.keys = g_.add_literals(std::move(keys));
+  g_.nodes_[n.keys].object_keys = true;
+  const auto count = static_cast<uint32_t>(n.props.size());
+  n.next_required.assign(count + 1, count);
+  for (uint32_t i = count; i-- > 0;) {
+    n.next_required[i] = n.props[i].required ? i : n.next_required[i + 1];
   }
-  n.key_lits.push_back(kNoNode);
   g_.nodes_[self] = std::move(n);
   return self;
 }
@@ -281,7 +301,18 @@ Result<uint32_t> SchemaCompiler::type_node(const std::string& type, const json& 
   return fail("{}: unknown type '{}'", path, type);
 }
 
+// Every nested schema (a property, items, an alternative, a $ref's target) is compiled through
+// here, one level deeper: a bound on the recursion that also covers $ref chains, which
+// check_schema_limits cannot follow.
 Result<uint32_t> SchemaCompiler::compile(const json& s, const std::string& path) {
+  if (depth_ + 1 > SchemaLimits::kMaxDepth) return Error{schema_depth_error(path)};
+  ++depth_;
+  auto r = compile_at_depth(s, path);
+  --depth_;
+  return r;
+}
+
+Result<uint32_t> SchemaCompiler::compile_at_depth(const json& s, const std::string& path) {
   if (s.is_boolean()) {
     if (!s.get<bool>()) return fail("{}: the schema 'false' allows no value", path);
     return any();
@@ -373,8 +404,11 @@ Result<uint32_t> SchemaCompiler::compile(const json& s, const std::string& path)
   if (type->is_string()) return type_node(type->get<std::string>(), s, path);
   if (type->is_array() && !type->empty()) {
     std::vector<uint32_t> alts;
+    std::set<std::string> done;  // each type once: a repeated one would compile its subschemas
+                                 // again at every level (exponential in the depth)
     for (const json& t : *type) {
       if (!t.is_string()) return fail("{}: 'type' must list strings", path);
+      if (!done.insert(t.get<std::string>()).second) continue;
       EMBER_TRY(uint32_t a, type_node(t.get<std::string>(), s, path));
       alts.push_back(a);
     }
@@ -397,6 +431,8 @@ Result<uint32_t> Grammar::add_schema(const nlohmann::ordered_json& schema) {
 }
 
 Result<Grammar> Grammar::from_schema(const nlohmann::ordered_json& schema) {
+  SchemaBudget budget;
+  EMBER_TRY_STATUS(check_schema_limits(schema, budget));
   Grammar g;
   EMBER_TRY(g.root_, g.add_schema(schema));
   return g;
@@ -427,7 +463,7 @@ void Machine::child_done(uint32_t tag) {
         if (n.free_object) {
           f.state = kAfterKey;
         } else {
-          f.a = static_cast<uint16_t>(tag + 1);
+          f.b = tag + 1;
           f.state = kInValue;
           if (!push(kValue, n.props[tag].value)) depth_ = -1;
         }
@@ -501,15 +537,9 @@ bool Machine::step(uint8_t ch) {
         return false;
       case kObj: {
         auto can_close = [&] {
-          if (n.free_object || n.props.empty()) return true;
-          for (size_t i = f.a; i < n.props.size(); ++i) {
-            if (n.props[i].required) return false;
-          }
-          return true;
+          return n.free_object || n.props.empty() || n.next_required[f.b] == n.props.size();
         };
-        auto more_keys = [&] {
-          return n.free_object || (f.a < n.key_lits.size() && n.key_lits[f.a] != kNoNode);
-        };
+        auto more_keys = [&] { return n.free_object || f.b < n.props.size(); };
         if (f.state == kAfterOpen || f.state == kAfterComma) {
           if (f.state == kAfterOpen && ch == '}' && can_close()) {
             child_done(0);
@@ -517,7 +547,7 @@ bool Machine::step(uint8_t ch) {
           }
           if (!more_keys()) return false;
           f.state = kInKey;
-          if (!push(kValue, n.free_object ? n.parts[0] : n.key_lits[f.a])) return false;
+          if (!push(kValue, n.free_object ? n.parts[0] : n.keys)) return false;
           continue;
         }
         if (f.state == kAfterKey) {
@@ -679,17 +709,41 @@ bool Machine::step(uint8_t ch) {
         continue;
       }
       case kLit: {
-        const uint32_t pos = f.a;
+        const uint32_t pos = lit_pos(f);
         uint32_t lo = f.b, hi = f.c;
-        uint32_t nlo = lo;
-        while (nlo < hi && (n.lits[nlo].size() <= pos || uint8_t(n.lits[nlo][pos]) < ch)) ++nlo;
-        uint32_t nhi = nlo;
-        while (nhi < hi && n.lits[nhi].size() > pos && uint8_t(n.lits[nhi][pos]) == ch) ++nhi;
+        // An object's keys: only its properties from the next one up to the next required one.
+        uint32_t tag_lo = 0, tag_hi = UINT32_MAX;
+        if (n.object_keys) {
+          const Frame& obj = frames_[size_t(depth_ - 2)];
+          const GrammarNode& o = g_->node(obj.node);
+          tag_lo = obj.b;
+          tag_hi = o.next_required[obj.b];
+        }
+        auto allowed = [&](uint32_t i) {
+          return n.lit_tags[i] >= tag_lo && n.lit_tags[i] <= tag_hi;
+        };
+        // [lo, hi) share their first `pos` bytes and are sorted: those that end there come
+        // first, then ascending by the byte at `pos`; binary search for the run with `ch`.
+        auto first_where = [](uint32_t a, uint32_t b, auto before) {
+          while (a < b) {
+            const uint32_t m = a + (b - a) / 2;
+            before(m) ? a = m + 1 : b = m;
+          }
+          return a;
+        };
+        uint32_t nlo = first_where(lo, hi, [&](uint32_t i) {
+          return n.lits[i].size() <= pos || uint8_t(n.lits[i][pos]) < ch;
+        });
+        const uint32_t nhi =
+            first_where(nlo, hi, [&](uint32_t i) { return uint8_t(n.lits[i][pos]) <= ch; });
+        while (nlo < nhi && !allowed(nlo)) ++nlo;
         if (nhi > nlo) {
-          f.a = static_cast<uint16_t>(pos + 1);
+          set_lit_pos(f, pos + 1);
           f.b = nlo;
           f.c = nhi;
-          if (nhi - nlo == 1 && n.lits[nlo].size() == pos + 1) {  // nothing longer: done now
+          bool only = n.lits[nlo].size() == pos + 1;
+          for (uint32_t k = nlo + 1; only && k < nhi; ++k) only = !allowed(k);
+          if (only) {  // nothing longer: done now
             if (n.lit_next[nlo] != kNoNode) {
               f = Frame{kValue, 0, 0, n.lit_next[nlo], 0, 0};
             } else {
@@ -719,7 +773,7 @@ bool Machine::finish_pending() {
     child_done(0);
     return depth_ >= 0;
   }
-  if (f.kind == kLit && f.a > 0 && n.lits[f.b].size() == f.a) {
+  if (f.kind == kLit && lit_pos(f) > 0 && n.lits[f.b].size() == lit_pos(f)) {
     if (n.lit_next[f.b] != kNoNode) {
       f = Frame{kValue, 0, 0, n.lit_next[f.b], 0, 0};
     } else {

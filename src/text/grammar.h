@@ -42,9 +42,13 @@ struct GrammarNode {
   };
   std::vector<Property> props;
   bool free_object = false;
-  // key_lits[i]: a Literals node matching `"name":` of the properties that may come when
-  // properties [0, i) are done (from i up to the first required one); tags are property indexes.
-  std::vector<uint32_t> key_lits;
+  // keys: one Literals node matching `"name":` of every property (tags: property indexes),
+  // shared by all positions in the object: when properties [0, i) are done, only those from i
+  // up to next_required[i] (the first required one at or after i; props.size() if none) may
+  // come, which the recognizer enforces as it matches (Literals::object_keys). Linear in the
+  // properties, where a key set per position would be quadratic.
+  uint32_t keys = kNoNode;
+  std::vector<uint32_t> next_required;  // [props.size() + 1]
   // Array items / free-object values; Seq parts in `parts`; AnyOf alternatives in `parts`.
   uint32_t items = kNoNode;
   std::vector<uint32_t> parts;
@@ -54,6 +58,7 @@ struct GrammarNode {
   // follows it (kNoNode: the literal is the whole value).
   std::vector<std::string> lits;
   std::vector<uint32_t> lit_tags, lit_next;
+  bool object_keys = false;         // an Object's `keys`: only the tags the object allows now match
   std::array<uint64_t, 4> first{};  // bytes that may start this node (AnyOf dispatch)
 };
 
@@ -61,7 +66,8 @@ class Grammar {
  public:
   // Any JSON object (response_format json_object).
   static Grammar any_object();
-  // A JSON schema (response_format json_schema, tool parameters).
+  // A JSON schema (response_format json_schema, tool parameters), within SchemaLimits
+  // (json_limits.h; the error names a limit it passes). Time and memory linear in the schema.
   static Result<Grammar> from_schema(const nlohmann::ordered_json& schema);
   // Building blocks for callers that wrap values in fixed text (tool-call formats).
   uint32_t add_literals(std::vector<std::pair<std::string, uint32_t>> lits_and_next);
@@ -70,6 +76,7 @@ class Grammar {
   void set_root(uint32_t root) { root_ = root; }
 
   const GrammarNode& node(uint32_t i) const { return nodes_[i]; }
+  size_t node_count() const { return nodes_.size(); }
   uint32_t root() const { return root_; }
 
  private:
@@ -83,12 +90,14 @@ class Grammar {
 // try bytes on a copy.
 class Machine {
  public:
-  static constexpr int kMaxDepth = 24;  // deeper nesting is refused (the model must close)
+  // Deeper nesting is refused (the model must close). Room for a schema nested to
+  // SchemaLimits::kMaxDepth (one frame a step at most) and a tool call's wrapping frames.
+  static constexpr int kMaxDepth = 40;
   struct Frame {
     uint8_t kind = 0, state = 0;
     uint16_t a = 0;
     uint32_t node = 0;
-    uint32_t b = 0, c = 0;
+    uint32_t b = 0, c = 0;  // objects: b is the index of the next property that may come
   };
 
   explicit Machine(const Grammar& g);

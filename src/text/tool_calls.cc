@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "text/json_limits.h"
+
 namespace ember::text {
 
 using json = nlohmann::ordered_json;
@@ -105,7 +107,7 @@ bool parse_call_object(const json& j, ToolCall* out) {
   if (args == j.end()) args = j.find("parameters");
   json a = args == j.end() || args->is_null() ? json::object() : *args;
   if (a.is_string()) {  // arguments already serialized: must hold an object
-    a = json::parse(a.get<std::string>(), nullptr, false);
+    a = parse_json_bounded(a.get<std::string>());
   }
   if (!a.is_object()) return false;
   out->name = name->get<std::string>();
@@ -163,7 +165,7 @@ void ToolCallParser::hermes(Out& out, bool at_end) {
         kOpen.size(), (close == std::string::npos ? buf_.size() : close) - kOpen.size());
     const size_t used = close == std::string::npos ? buf_.size() : close + kClose.size();
     ToolCall call;
-    json j = json::parse(body, nullptr, false);
+    json j = parse_json_bounded(body);
     if (!j.is_discarded() && parse_call_object(j, &call)) {
       out.calls.push_back(std::move(call));
       after_call_ = true;
@@ -205,7 +207,7 @@ void ToolCallParser::whole_answer(Out& out, bool at_end) {
   if (body.starts_with(kPythonTag)) body.remove_prefix(kPythonTag.size());
   if (body.starts_with(kMistral)) body.remove_prefix(kMistral.size());
   std::vector<ToolCall> calls;
-  json j = json::parse(body, nullptr, false);
+  json j = parse_json_bounded(body);
   bool ok = !j.is_discarded();
   if (ok && j.is_array()) {
     for (const json& c : j) {
@@ -227,7 +229,7 @@ void ToolCallParser::whole_answer(Out& out, bool at_end) {
       size_t semi = s.find(';', start);
       std::string part =
           s.substr(start, semi == std::string::npos ? std::string::npos : semi - start);
-      json p = json::parse(part, nullptr, false);
+      json p = parse_json_bounded(part);
       ToolCall call;
       ok = !p.is_discarded() && parse_call_object(p, &call);
       calls.push_back(std::move(call));
@@ -250,10 +252,14 @@ Result<Grammar> tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& too
   const char* args_key = f == ToolFormat::Llama3 ? "parameters" : "arguments";
   std::vector<std::pair<std::string, uint32_t>> heads;
   const uint32_t close = g.add_literals({{"}", kNoNode}});
+  SchemaBudget budget;  // the limits hold for all tools together: one grammar
   for (const ToolSpec& t : tools) {
     json params = t.parameters;
     if (params.is_null() || (params.is_object() && params.empty())) {
       params = {{"type", "object"}};
+    }
+    if (auto l = check_schema_limits(params, budget); !l.ok()) {
+      return fail("tool '{}' parameters: {}", t.name, l.message());
     }
     auto p = g.add_schema(params);
     if (!p.ok()) return fail("tool '{}' parameters: {}", t.name, p.message());

@@ -4,6 +4,7 @@
 
 #include "text/grammar.h"
 #include "text/grammar_mask.h"
+#include "text/json_limits.h"
 
 namespace ember::worker {
 namespace {
@@ -35,7 +36,7 @@ class GrammarConstraint final : public TokenConstraint {
 };
 
 Result<json> parse_json(std::string_view text, const char* what) {
-  json j = json::parse(text, nullptr, false);
+  json j = text::parse_json_bounded(text);
   if (j.is_discarded()) return fail("constraint spec: {} is not valid JSON", what);
   return j;
 }
@@ -78,6 +79,26 @@ Result<std::function<Result<text::Grammar>()>> builder(const std::string& spec) 
   return fail("constraint spec: unknown kind '{}'", s.substr(0, s.find('/')));
 }
 
+// A constraint that only carries its spec, for an engine that builds it from the spec itself.
+class UnbuiltConstraint final : public TokenConstraint {
+ public:
+  explicit UnbuiltConstraint(std::string spec) : spec_(std::move(spec)) {}
+  bool mask(std::span<float>) override { return unusable(); }
+  void accept(int32_t) override { unusable(); }
+  bool complete() const override { return unusable(); }
+  std::unique_ptr<TokenConstraint> clone() const override {
+    return std::make_unique<UnbuiltConstraint>(*this);
+  }
+  std::string spec() const override { return spec_; }
+
+ private:
+  static bool unusable() {
+    EMBER_ASSERT(!"an unbuilt constraint reached an engine in this process");
+    return false;
+  }
+  std::string spec_;
+};
+
 }  // namespace
 
 std::string json_object_spec() {
@@ -92,6 +113,10 @@ std::string tool_call_spec(text::ToolFormat format, const std::vector<text::Tool
   json list = json::array();
   for (const auto& t : tools) list.push_back({t.name, t.parameters});
   return fmt::format("{}{}/{}", kTools, text::tool_format_name(format), list.dump());
+}
+
+std::shared_ptr<TokenConstraint> unbuilt_constraint(std::string spec) {
+  return std::make_shared<UnbuiltConstraint>(std::move(spec));
 }
 
 Result<std::shared_ptr<TokenConstraint>> constraint_from_spec(const std::string& spec,

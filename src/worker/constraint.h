@@ -9,7 +9,9 @@
 //   "json_object"                  any JSON object
 //   "schema/<JSON schema>"         a value the schema accepts
 //   "tools/<format>/<[[name, parameters], ...]>"   one call in the tool format (hermes, ...)
-// It is also the key of the codec's grammar cache, so a spec compiles once per process.
+// It is also the key of the codec's grammar cache, so a spec compiles once per process. The
+// front builds no grammar for a worker (server/constraint.h): the worker compiles the spec, once,
+// and refuses a submit whose spec it cannot build (SubmitError::Kind::BadConstraint).
 #pragma once
 
 #include <memory>
@@ -32,5 +34,9 @@ std::string tool_call_spec(text::ToolFormat format, const std::vector<text::Tool
 // what the grammar cannot enforce.
 Result<std::shared_ptr<TokenConstraint>> constraint_from_spec(const std::string& spec,
                                                               const text::TextCodec& text);
+
+// A constraint that carries only its spec, for an engine client that has the engine side build
+// it (EngineClient::builds_constraints()); masking with it is a bug (an assertion).
+std::shared_ptr<TokenConstraint> unbuilt_constraint(std::string spec);
 
 }  // namespace ember::worker

@@ -28,6 +28,9 @@ class EngineClient {
   virtual int cancel_all(CancelCause cause) = 0;
   virtual EngineStats stats() const = 0;
   virtual const ModelInfo& model_info() const = 0;
+  // Whether the engine side builds a request's TokenConstraint from its spec() itself (the
+  // worker does): the caller then submits worker::unbuilt_constraint(spec) and compiles nothing.
+  virtual bool builds_constraints() const { return false; }
   int32_t n_ctx() const { return model_info().n_ctx; }
   // Writes the warm-state file now, from the cache as it is (`ember restart` hands it to the
   // successor); blocks until written. Not ok when there is no cache or no warm directory.

@@ -191,7 +191,7 @@ bool check(const Cancel& m) {
   return m.cause <= CancelCause::SlowConsumer;
 }
 bool check(const Rejected& m) {
-  return m.error.kind <= SubmitError::Kind::EngineUnavailable;
+  return m.error.kind <= SubmitError::Kind::BadConstraint;
 }
 bool check(const Done& m) {
   return m.done.reason <= FinishReason::Error && m.done.cause <= CancelCause::SlowConsumer &&

@@ -64,6 +64,7 @@ class SubprocessEngineClient final : public EngineClient,
   EngineStats stats() const override;
   engine::WarmReport save_warm() override;
   const ModelInfo& model_info() const override { return info_; }
+  bool builds_constraints() const override { return true; }
   void shutdown() override;
   void kill_now() override;
   std::string stop_description() const override;

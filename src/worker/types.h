@@ -43,6 +43,8 @@ struct SubmitError {
     InvalidRequest,
     ShuttingDown,       // the engine is stopping: 503
     EngineUnavailable,  // the worker is down or restarting: 503 engine_restarting
+    BadConstraint,      // the output constraint's schema cannot be enforced: 400 (the
+                        // front names the parameter); the message is the compiler's
   };
   Kind kind = Kind::InvalidRequest;
   std::string message;

@@ -368,8 +368,10 @@ class Worker {
       auto c = text_ ? constraint_from_spec(m.constraint, *text_)
                      : Result<std::shared_ptr<TokenConstraint>>(
                            fail("the engine worker has no vocabulary to build a constraint"));
-      if (!c) {
-        out_.send(proto::Rejected{m.id, {SubmitError::Kind::InvalidRequest, c.message()}});
+      if (!c) {  // the one compile of this request's grammar: a refusal is the client's 400
+        const auto kind =
+            text_ ? SubmitError::Kind::BadConstraint : SubmitError::Kind::InvalidRequest;
+        out_.send(proto::Rejected{m.id, {kind, c.message()}});
         return;
       }
       g.constraint = std::move(*c);

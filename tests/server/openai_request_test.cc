@@ -62,6 +62,24 @@ TEST(OpenAiRequest, malformed_json_is_invalid_json_400) {
   EXPECT_EQ(error_info(e.kind).status, 400);
 }
 
+TEST(OpenAiRequest, a_body_nesting_past_the_limit_is_refused_before_parsing_naming_it) {
+  auto body = [](int levels) {
+    return R"({"model":"m","messages":[{"role":"user","content":"hi"}],"x":)" +
+           std::string(size_t(levels), '[') + std::string(size_t(levels), ']') + "}";
+  };
+  ok_of(body(127));  // 127 arrays inside the body's object: 128 levels, the limit
+  for (int levels : {128, 100'000}) {
+    auto e = error_of(body(levels));
+    EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
+    EXPECT_EQ(error_info(e.kind).status, 400);
+    EXPECT_EQ(e.message,
+              "the request body nests arrays and objects deeper than 128 levels (limit 128)");
+  }
+  // Brackets inside strings are text, not nesting.
+  ok_of(R"({"model":"m","messages":[{"role":"user","content":")" + std::string(1000, '[') +
+        R"("}]})");
+}
+
 TEST(OpenAiRequest, wrong_types_name_the_parameter) {
   auto e =
       error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})");
@@ -237,6 +255,9 @@ TEST(ApiError, engine_submit_errors_map_to_api_errors) {
   EXPECT_EQ(restarting.kind, ErrorKind::EngineRestarting);
   EXPECT_EQ(error_info(restarting.kind).status, 503);
   EXPECT_STREQ(error_info(restarting.kind).code, "engine_restarting");
+  auto schema = from_submit_error({K::BadConstraint, "#: the schema feature 'pattern'"});
+  EXPECT_EQ(schema.kind, ErrorKind::Unsupported);
+  EXPECT_EQ(error_info(schema.kind).status, 400);
 }
 
 }  // namespace

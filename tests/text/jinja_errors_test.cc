@@ -93,5 +93,24 @@ TEST(JinjaErrors, runaway_macro_recursion_is_stopped) {
   EXPECT_EQ(out, "ERROR: t line 1: macro 'f': recursion too deep");
 }
 
+TEST(JinjaErrors, values_nested_deep_or_holding_themselves_neither_overflow_the_stack) {
+  // A GGUF template is input too. Built in a loop, a list 300,000 deep was freed recursively at
+  // the end of the render (SIGSEGV); a namespace holding itself sent tojson round forever.
+  auto nest = [](int levels) {
+    return "{% set ns = namespace(v=[]) %}{% for i in range(" + std::to_string(levels) +
+           ") %}{% set ns.v = [ns.v] %}{% endfor %}";
+  };
+  EXPECT_EQ(render(nest(300'000) + "x"), "x");
+  const std::string deep = nest(2000);
+  const std::string limit = "a value nests deeper than 1000 levels (limit 1000), or holds itself";
+  EXPECT_NE(render(deep + "{{ ns.v|tojson }}").find(limit), std::string::npos);
+  EXPECT_NE(render(deep + "{{ ns.v }}").find(limit), std::string::npos);
+  EXPECT_NE(render(deep + "{{ ns.v == ns.v }}").find(limit), std::string::npos);
+  const std::string self = "{% set ns = namespace(a=1) %}{% set ns.self = ns %}";
+  EXPECT_NE(render(self + "{{ ns|tojson }}").find(limit), std::string::npos);
+  EXPECT_NE(render(self + "{{ ns }}").find(limit), std::string::npos);
+  EXPECT_EQ(render(self + "{{ ns.self.self.a }}"), "1");
+}
+
 }  // namespace
 }  // namespace ember::text::jinja::testing

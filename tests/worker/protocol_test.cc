@@ -75,6 +75,8 @@ TEST(Protocol, events_and_control_frames_survive_the_trip) {
   EXPECT_EQ(round_trip(c).settings, c.settings);
   Rejected r{3, {SubmitError::Kind::Overloaded, "full"}};
   EXPECT_EQ(round_trip(r).error.kind, SubmitError::Kind::Overloaded);
+  Rejected schema{4, {SubmitError::Kind::BadConstraint, "#: the schema feature 'pattern'"}};
+  EXPECT_EQ(round_trip(schema).error.kind, SubmitError::Kind::BadConstraint);  // the last kind
   Stats st;
   st.stats.cache_hits = 4;
   st.stats.cached_tokens = 640;

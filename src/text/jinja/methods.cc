@@ -400,7 +400,7 @@ KwArgs make_globals(const std::tm& now) {
   });
   auto make_mapping = [](bool ns) {
     return [ns](ValueList& a, KwArgs& kw, int line) {
-      auto d = std::make_shared<Dict>();
+      auto d = new_dict();
       for (const Value& v : a) {
         if (!v.is_dict())
           throw TemplateError(line, "namespace/dict: positional argument must be a dict");

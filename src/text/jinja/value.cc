@@ -5,11 +5,70 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace ember::text::jinja {
 
+namespace {
+
+// Lists and dicts whose last reference went while another was being freed wait here: freeing
+// a nested value takes a loop, not a recursion per level.
+struct Graveyard {
+  std::vector<ValueList*> lists;
+  std::vector<Dict*> dicts;
+  bool draining = false;
+};
+thread_local Graveyard graveyard;
+thread_local int walk_depth = 0;
+
+void drain() {
+  if (graveyard.draining) return;  // the loop below, further up this stack, frees it
+  graveyard.draining = true;
+  while (!graveyard.lists.empty() || !graveyard.dicts.empty()) {
+    if (!graveyard.lists.empty()) {
+      ValueList* l = graveyard.lists.back();
+      graveyard.lists.pop_back();
+      delete l;
+    } else {
+      Dict* d = graveyard.dicts.back();
+      graveyard.dicts.pop_back();
+      delete d;
+    }
+  }
+  graveyard.draining = false;
+}
+
+}  // namespace
+
+std::shared_ptr<ValueList> new_list(ValueList l) {
+  return {new ValueList(std::move(l)), [](ValueList* p) {
+            graveyard.lists.push_back(p);
+            drain();
+          }};
+}
+
+std::shared_ptr<Dict> new_dict() {
+  return {new Dict(), [](Dict* p) {
+            graveyard.dicts.push_back(p);
+            drain();
+          }};
+}
+
+ValueDepth::ValueDepth(int line) {
+  if (walk_depth >= kMaxValueDepth) {
+    throw TemplateError(line, fmt::format("a value nests deeper than {} levels (limit {}), or "
+                                          "holds itself",
+                                          kMaxValueDepth, kMaxValueDepth));
+  }
+  ++walk_depth;
+}
+
+ValueDepth::~ValueDepth() {
+  --walk_depth;
+}
+
 Value Value::dict() {
-  return Value(DictRef{std::make_shared<Dict>()});
+  return Value(DictRef{new_dict()});
 }
 
 namespace {
@@ -237,6 +296,7 @@ void json_escape(std::string& out, const std::string& s) {
 }
 
 void to_json_impl(const Value& v, int indent, int depth, std::string& out) {
+  ValueDepth guard(0);
   auto newline = [&](int d) {
     out += '\n';
     out.append(static_cast<size_t>(indent * d), ' ');
@@ -292,6 +352,7 @@ void to_json_impl(const Value& v, int indent, int depth, std::string& out) {
 }  // namespace
 
 std::string Value::repr() const {
+  ValueDepth guard(0);
   switch (v_.index()) {
     case 0:
       return "Undefined";
@@ -353,6 +414,7 @@ void Dict::set(const std::string& key, Value v) {
 }
 
 bool values_equal(const Value& a, const Value& b) {
+  ValueDepth guard(0);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -382,6 +444,7 @@ bool values_equal(const Value& a, const Value& b) {
 }
 
 int compare_values(const Value& a, const Value& b, int line) {
+  ValueDepth guard(line);
   if (a.is_number() && b.is_number()) {
     double x = a.as_double(), y = b.as_double();
     if (!a.is_float() && !b.is_float()) {

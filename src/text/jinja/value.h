@@ -55,29 +55,44 @@ struct NamespaceRef {
 };
 using CallableRef = std::shared_ptr<Callable>;
 
+// A template can nest values as deep as its step budget allows (a loop that wraps a list in a
+// list 100,000 times) or make a namespace hold itself. So lists and dicts are made here and
+// freed through a queue, not recursively (freeing the outermost would recurse once a level),
+// and every recursive walk over values (repr, tojson, ==, ordering) stops past this depth with
+// an error naming it.
+inline constexpr int kMaxValueDepth = 1000;
+std::shared_ptr<ValueList> new_list(ValueList l);
+std::shared_ptr<Dict> new_dict();
+// One level deeper into a value for a recursive walk; throws TemplateError past kMaxValueDepth.
+class ValueDepth {
+ public:
+  explicit ValueDepth(int line);
+  ~ValueDepth();
+  ValueDepth(const ValueDepth&) = delete;
+  ValueDepth& operator=(const ValueDepth&) = delete;
+};
+
 class Value {
  public:
   Value() : v_(Undefined{}) {}
-  Value(Undefined u) : v_(std::move(u)) {}                                        // NOLINT
-  Value(None) : v_(None{}) {}                                                     // NOLINT
-  Value(bool b) : v_(b) {}                                                        // NOLINT
-  Value(int64_t i) : v_(i) {}                                                     // NOLINT
-  Value(int i) : v_(static_cast<int64_t>(i)) {}                                   // NOLINT
-  Value(double d) : v_(d) {}                                                      // NOLINT
-  Value(std::string s) : v_(std::move(s)) {}                                      // NOLINT
-  Value(const char* s) : v_(std::string(s)) {}                                    // NOLINT
-  Value(ValueList l) : v_(ListRef{std::make_shared<ValueList>(std::move(l))}) {}  // NOLINT
-  Value(ListRef l) : v_(std::move(l)) {}                                          // NOLINT
-  Value(DictRef d) : v_(std::move(d)) {}                                          // NOLINT
-  Value(NamespaceRef n) : v_(std::move(n)) {}                                     // NOLINT
-  Value(CallableRef c) : v_(std::move(c)) {}                                      // NOLINT
+  Value(Undefined u) : v_(std::move(u)) {}                     // NOLINT
+  Value(None) : v_(None{}) {}                                  // NOLINT
+  Value(bool b) : v_(b) {}                                     // NOLINT
+  Value(int64_t i) : v_(i) {}                                  // NOLINT
+  Value(int i) : v_(static_cast<int64_t>(i)) {}                // NOLINT
+  Value(double d) : v_(d) {}                                   // NOLINT
+  Value(std::string s) : v_(std::move(s)) {}                   // NOLINT
+  Value(const char* s) : v_(std::string(s)) {}                 // NOLINT
+  Value(ValueList l) : v_(ListRef{new_list(std::move(l))}) {}  // NOLINT
+  Value(ListRef l) : v_(std::move(l)) {}                       // NOLINT
+  Value(DictRef d) : v_(std::move(d)) {}                       // NOLINT
+  Value(NamespaceRef n) : v_(std::move(n)) {}                  // NOLINT
+  Value(CallableRef c) : v_(std::move(c)) {}                   // NOLINT
 
   static Value undefined(std::string hint = {}) { return Value(Undefined{std::move(hint)}); }
   static Value none() { return Value(None{}); }
   static Value dict();
-  static Value tuple(ValueList l) {
-    return Value(ListRef{std::make_shared<ValueList>(std::move(l)), true});
-  }
+  static Value tuple(ValueList l) { return Value(ListRef{new_list(std::move(l)), true}); }
   static Value from_json(const nlohmann::ordered_json& j);
   static Value from_json(const nlohmann::json& j);
 
