@@ -277,6 +277,18 @@ def wait_weight_copy_done(pid, timeout=120):
         time.sleep(0.02)
 
 
+def assert_prefill_cut_short(s, steps_before, chunk):
+    """Waits until the server's one request has ended, then checks that under half of its
+    prompt's prefill chunks ran (`--prefill-chunk` `chunk`; on an otherwise idle server each
+    engine step is one chunk): a count, not a time. The wait is long because a request whose
+    cancel was missed ends only after its whole prefill."""
+    wait_for(lambda: s.metric("ember_in_flight_requests") == 0, timeout=120,
+             what="no request in flight")
+    chunks = s.metric("ember_prompt_tokens_total") / chunk
+    run = s.metric("ember_engine_steps_total") - steps_before
+    assert run < chunks / 2, f"{run:.0f} of {chunks:.0f} prefill chunks run for a client that left"
+
+
 def assert_idle(pid, budget=0.05):
     """The process used under `budget` of one core over the next second."""
     wait_weight_copy_done(pid)
