@@ -231,6 +231,13 @@ ApiError engine_error(const worker::DoneEvent& d) {
   return {ErrorKind::Internal, "generation failed: " + d.message, {}};
 }
 
+// A request without a seed gets a fresh one, as OpenAI and llama.cpp do: the engine's default
+// is a constant, which made every unseeded answer, retry and "regenerate" identical (issue 42).
+uint64_t fresh_seed() {
+  thread_local std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
 std::string new_call_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("call_{:016x}{:08x}", rng(), static_cast<uint32_t>(rng()));
@@ -399,6 +406,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   // No CancelOnDrop here: a handler torn down early (an exception, the io_context destroyed)
   // drops the choices' streams, and a dropped stream is a cancel the engine sees at its next
   // poll (engine test dropping_the_stream_cancels_the_request_and_frees_its_slot).
+  if (!r.seed_given) r.sampling.seed = fresh_seed();  // choice i of a prompt: seed + i
   worker::CancelToken token = worker::CancelToken::make();
   auto wake = std::make_shared<Wake>(c->stream.get_executor());
   auto engine_client = model->engine;

@@ -448,6 +448,7 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
   n.reset();
   if (auto e = read_int(body, "seed", INT64_MIN, INT64_MAX, &n)) return e;
   if (n) s.seed = static_cast<uint64_t>(*n);
+  r->seed_given = n.has_value();
   if (auto e = read_stop(body, &r->stop)) return e;
 
   if (endpoint == Endpoint::Chat) {

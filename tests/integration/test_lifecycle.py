@@ -10,8 +10,8 @@ import threading
 import openai
 import pytest
 
-from conftest import (assert_idle, assert_prefill_cut_short, connect, parse_response, read_all,
-                      request, send_request, wait_for)
+from conftest import (SEED, assert_idle, assert_prefill_cut_short, connect, parse_response,
+                      read_all, request, send_request, wait_for)
 
 LONG = 3000  # max_tokens no test lets finish
 
@@ -27,7 +27,7 @@ def generated(s):
 
 def test_client_leaving_mid_stream_stops_the_work(big):
     c = openai.OpenAI(base_url=big.base + "/v1", api_key="x", max_retries=0)
-    stream = c.chat.completions.create(model="default", max_tokens=LONG, stream=True,
+    stream = c.chat.completions.create(model="default", max_tokens=LONG, stream=True, seed=SEED,
                                        messages=[{"role": "user", "content": "go"}])
     got = 0
     for chunk in stream:
@@ -49,7 +49,7 @@ def test_client_leaving_mid_stream_stops_the_work(big):
 def test_client_leaving_a_non_streaming_request_stops_the_work(big):
     sock = connect(big.port)
     send_request(sock, "POST", "/v1/completions",
-                 {"model": "default", "prompt": "go", "max_tokens": LONG})
+                 {"model": "default", "prompt": "go", "max_tokens": LONG, "seed": SEED})
     wait_for(lambda: generated(big) >= 10, what="generation under way")
     sock.close()  # nothing was written yet: only the socket watcher can notice
     wait_for(lambda: big.metric("ember_cancellations_total", cause="client") == 1,
@@ -76,7 +76,7 @@ def read_until(sock, marker):
 
 
 def stream_body(path, text):
-    body = {"model": "default", "stream": True, "max_tokens": LONG}
+    body = {"model": "default", "stream": True, "max_tokens": LONG, "seed": SEED}
     if path == "/v1/completions":
         body["prompt"] = text
     else:
@@ -96,12 +96,12 @@ def test_client_leaving_while_queued_frees_its_place(start_server, models, path,
     s = start_server(models["big"], "--ctx-size", "4096", "--max-sequences", "1")
     busy = connect(s.port)
     send_request(busy, "POST", "/v1/completions",
-                 {"model": "default", "prompt": "go", "max_tokens": LONG})
+                 {"model": "default", "prompt": "go", "max_tokens": LONG, "seed": SEED})
     wait_for(lambda: s.metric("ember_active_sequences") == 1, what="the one slot busy")
     queued = connect(s.port)
     if path is None:
         send_request(queued, "POST", "/v1/completions",
-                     {"model": "default", "prompt": "wait", "max_tokens": LONG})
+                     {"model": "default", "prompt": "wait", "max_tokens": LONG, "seed": SEED})
     else:  # a stream: the head is written at once, then nothing while it waits
         send_request(queued, "POST", path, stream_body(path, "wait"))
         assert read_until(queued, marker).startswith(b"HTTP/1.1 200")
@@ -125,7 +125,7 @@ def test_client_leaving_during_prefill_stops_before_the_first_token(start_server
     s = start_server(models["big"], "--ctx-size", "4096", "--prefill-chunk", "32")
     sock = connect(s.port)
     send_request(sock, "POST", "/v1/completions",  # ~3,600 prompt tokens: 113 chunks
-                 {"model": "default", "prompt": "go " * 1800, "max_tokens": LONG})
+                 {"model": "default", "prompt": "go " * 1800, "max_tokens": LONG, "seed": SEED})
     wait_for(lambda: s.metric("ember_active_sequences") == 1, interval=0.005,
              what="prefill under way")
     sock.close()
@@ -171,7 +171,7 @@ def sse_payloads(body):
 def test_drain_lets_three_streams_finish_with_done(start_server, models):
     s = start_server(models["big"], "--drain-timeout", "60")
     out = {}
-    body = {"model": "default", "stream": True, "max_tokens": 40,
+    body = {"model": "default", "stream": True, "max_tokens": 40, "seed": SEED,
             "messages": [{"role": "user", "content": "go"}]}
     threads = [threading.Thread(target=stream_raw, args=(s.port, body, out, i)) for i in range(3)]
     for t in threads:
@@ -196,9 +196,9 @@ def test_drain_lets_three_streams_finish_with_done(start_server, models):
 def test_drain_deadline_ends_the_rest_honestly(start_server, models):
     s = start_server(models["big"], "--drain-timeout", "1")
     out = {}
-    stream_body = {"model": "default", "stream": True, "max_tokens": LONG,
+    stream_body = {"model": "default", "stream": True, "max_tokens": LONG, "seed": SEED,
                    "messages": [{"role": "user", "content": "go"}]}
-    plain_body = {"model": "default", "max_tokens": LONG,
+    plain_body = {"model": "default", "max_tokens": LONG, "seed": SEED,
                   "messages": [{"role": "user", "content": "go"}]}
     threads = [threading.Thread(target=stream_raw, args=(s.port, stream_body, out, "stream")),
                threading.Thread(target=stream_raw, args=(s.port, plain_body, out, "plain"))]
@@ -288,7 +288,7 @@ def test_second_signal_exits_at_once(start_server, models, sig, code):
     s = start_server(models["big"], "--drain-timeout", "60")
     sock = connect(s.port)
     send_request(sock, "POST", "/v1/completions",
-                 {"model": "default", "prompt": "go", "max_tokens": LONG})
+                 {"model": "default", "prompt": "go", "max_tokens": LONG, "seed": SEED})
     wait_for(lambda: s.metric("ember_active_sequences") == 1, what="a request in flight")
     s.signal(sig)
     wait_for(lambda: request(s.port, "GET", "/ready")[0] == 503, what="draining")

@@ -38,6 +38,7 @@ TEST(OpenAiRequest, parses_a_full_chat_request) {
   EXPECT_EQ(r.sampling.temperature, 0.f);
   EXPECT_EQ(r.sampling.top_k, 3);
   EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_TRUE(r.seed_given);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
@@ -54,6 +55,20 @@ TEST(OpenAiRequest, completion_takes_prompt_and_integer_logprobs) {
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_EQ(r.stop, std::vector<std::string>{"."});
+}
+
+// A request without a seed (absent or null) is marked so: the handler draws a fresh one.
+// A given seed, 0 and negative ones included, is kept as sent.
+TEST(OpenAiRequest, a_seed_is_kept_and_its_absence_is_marked) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}])";
+  EXPECT_FALSE(ok_of(head + "}").seed_given);
+  EXPECT_FALSE(ok_of(head + R"(,"seed":null})").seed_given);
+  auto zero = ok_of(head + R"(,"seed":0})");
+  EXPECT_TRUE(zero.seed_given);
+  EXPECT_EQ(zero.sampling.seed, 0u);
+  auto neg = ok_of(head + R"(,"seed":-1})");
+  EXPECT_TRUE(neg.seed_given);
+  EXPECT_EQ(neg.sampling.seed, ~uint64_t{0});
 }
 
 TEST(OpenAiRequest, malformed_json_is_invalid_json_400) {
