@@ -126,7 +126,7 @@ def test_errors_are_openai_error_json_with_the_right_status(server):
     status, _, e = error_of(p, '{"model": "default", "messages": [')
     assert status == 400 and e["code"] == "invalid_json"
     status, _, e = error_of(p, {**CHAT, "temperature": "warm"})
-    assert status == 400 and e["param"] == "temperature"
+    assert status == 400 and e["param"] == "temperature" and e["code"] == "invalid_type"
     status, _, e = error_of(p, {"model": "default", "messages": []})
     assert status == 400 and e["param"] == "messages"
     status, _, e = error_of(p, {**CHAT, "n": 0})

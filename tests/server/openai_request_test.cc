@@ -77,20 +77,32 @@ TEST(OpenAiRequest, malformed_json_is_invalid_json_400) {
   EXPECT_EQ(error_info(e.kind).status, 400);
 }
 
-TEST(OpenAiRequest, wrong_types_name_the_parameter) {
+TEST(OpenAiRequest, wrong_types_name_the_parameter_with_code_invalid_type) {
   auto e =
       error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})");
-  EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(e.kind, ErrorKind::InvalidType);
   EXPECT_EQ(e.param, "temperature");
   EXPECT_NE(e.message.find("number"), std::string::npos);
-  e = error_of(R"({"model":"m","messages":"hello"})");
-  EXPECT_EQ(e.param, "messages");
-  e = error_of(R"({"model":3,"messages":[{"role":"user","content":"x"}]})");
-  EXPECT_EQ(e.param, "model");
-  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})");
-  EXPECT_EQ(e.param, "max_tokens");
-  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})");
-  EXPECT_EQ(e.param, "stream");
+  EXPECT_EQ(nlohmann::json::parse(error_body(e))["error"]["code"], "invalid_type");
+  EXPECT_EQ(error_info(e.kind).status, 400);
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model":"m","messages":"hello"})", "messages"},
+      {R"({"model":3,"messages":[{"role":"user","content":"x"}]})", "model"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})",
+       "max_tokens"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":5})", "stop"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"user":1})", "user"},
+  };
+  for (const auto& [body, param] : cases) {
+    e = error_of(body);
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_EQ(e.kind, ErrorKind::InvalidType) << body;
+  }
+  // A wrong value of the right type stays a plain invalid request (code null).
+  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":9})");
+  EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
 }
 
 TEST(OpenAiRequest, empty_messages_is_rejected) {
@@ -221,7 +233,7 @@ TEST(OpenAiRequest, response_formats_are_read) {
 TEST(OpenAiRequest, missing_model_or_prompt_is_rejected) {
   EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"x"}]})").param, "model");
   EXPECT_EQ(error_of(R"({"model":"m"})", Endpoint::Completion).param, "prompt");
-  EXPECT_EQ(error_of(R"([1,2])").kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(error_of(R"([1,2])").kind, ErrorKind::InvalidType);
 }
 
 TEST(ApiError, body_is_openai_error_json_and_statuses_come_from_one_table) {
