@@ -27,8 +27,11 @@ struct SamplingParams {
   int32_t repeat_last_n = 64;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  uint64_t seed = 0xE3BE5EEDull;  // same seed + same params + same prompt = same tokens
-  int32_t top_logprobs = 0;       // 0..20 alternatives reported per token
+  // Same seed + same params + same prompt = same tokens. The default is a constant, so engine
+  // callers are reproducible unless they ask otherwise; the HTTP server draws a fresh seed for
+  // every request that names none (server/completion.cc), and `ember run` for every run.
+  uint64_t seed = 0xE3BE5EEDull;
+  int32_t top_logprobs = 0;  // 0..20 alternatives reported per token
   // Report the chosen token's log-probability (a softmax over the vocabulary per token).
   // Callers that never read TokenEvent::logprob turn it off: greedy decode then costs one
   // argmax over the logits. top_logprobs > 0 implies it.

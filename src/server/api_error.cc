@@ -10,6 +10,8 @@ ErrorInfo error_info(ErrorKind kind) {
       return {400, "invalid_request_error", "invalid_json", 0};
     case ErrorKind::InvalidRequest:
       return {400, "invalid_request_error", nullptr, 0};
+    case ErrorKind::InvalidType:
+      return {400, "invalid_request_error", "invalid_type", 0};
     case ErrorKind::Unsupported:
       return {400, "invalid_request_error", "unsupported_parameter", 0};
     case ErrorKind::ContextTooLong:

@@ -13,7 +13,8 @@ namespace ember::server {
 
 enum class ErrorKind {
   InvalidJson,       // 400: body is not JSON
-  InvalidRequest,    // 400: wrong type, missing or empty field, bad value
+  InvalidRequest,    // 400: missing or empty field, bad value
+  InvalidType,       // 400: a field of the wrong JSON type (code invalid_type)
   Unsupported,       // 400: a known OpenAI parameter ember does not support yet (n > 1, tools)
   ContextTooLong,    // 400: prompt (+ max_tokens) longer than the context
   Unauthorized,      // 401: wrong or missing API key

@@ -12,8 +12,17 @@
 //   connection is closed after this answer) instead of ending the watch.
 // - A half-close (EOF on read) is not a departure: HTTP lets a client shut its write side and
 //   still want the answer. The watcher then probes: an HTTP/1.1 non-streaming request gets an
-//   interim `100 Continue` (streaming writes are probes already), and a peer that had closed
-//   for good answers it with a reset, which the watcher sees by peeking the socket.
+//   interim `100 Continue`, a stream an SSE comment (`: probe`, which SSE parsers skip), and a
+//   peer that had closed for good answers it with a reset, which the watcher sees by peeking
+//   the socket every kProbeInterval. A stream is probed at the EOF and then every
+//   kProbeInterval in which nothing else was written, so a client that closes while nothing is
+//   being written (queued, prefilling) is seen within about one interval, not when the first
+//   token is written (issue 42: a streaming client that left during a 5,253-token prefill was
+//   seen 5.8 s later, at its first token).
+// - Cancel latency is timed here, from when the front had evidence that the client was gone
+//   (the read that saw the reset, the probe write a reset answered, the start of the write
+//   that failed) to the DoneEvent; the engine's own figure starts only when the cancel reached
+//   it, and misses the front's detection delay and, with a worker process, the hop to it.
 // - Every write has a deadline (write_timeout); a write that fails cancels the request at
 //   once, as slow_consumer when the deadline passed, as client otherwise.
 //
@@ -67,7 +76,14 @@ struct Watch {
   bool half_closed = false;  // EOF: the client sends no more; it may still want the answer
   bool discarded = false;    // pipelined bytes past the cap were dropped: close after answering
   bool may_probe = false;    // HTTP/1.1 and nothing written yet: an interim 100 is allowed
+  bool stream = false;       // SSE: after EOF the handler writes the probes (`: probe`)
+  bool probe_due = false;    // stream: a probe is due (the handler writes it; only it writes)
   std::optional<worker::CancelCause> cause;  // why the server cancelled (first reason wins)
+  // When the front had evidence that the client was gone (see the header); cancel latency
+  // is timed from here.
+  std::optional<Clock::time_point> gone_at;
+  std::optional<Clock::time_point> probe_at;  // the last probe written
+  Clock::time_point last_write;               // the last write of the answer began
   asio::steady_timer probe_timer;
   std::array<char, 4096> sink;  // where pipelined bytes past the cap go
 };
@@ -87,9 +103,11 @@ bool socket_failed(tcp::socket& s) {
          info.tcpi_state == TCP_CLOSE;
 }
 
-void client_left(Watch& w, const std::function<void()>& on_gone, std::string_view why) {
+void client_left(Watch& w, const std::function<void()>& on_gone, std::string_view why,
+                 Clock::time_point since) {
   log::debug("ember: client gone: {}", why);
   w.client_gone = true;
+  if (!w.gone_at) w.gone_at = since;
   if (!w.cause) w.cause = worker::CancelCause::Client;
   on_gone();
 }
@@ -107,7 +125,11 @@ void arm_probe(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_pt
   w->probe_timer.async_wait(
       [c, w, wake, on_gone = std::move(on_gone)](const boost::system::error_code&) mutable {
         if (!w->stopping && c->stream.socket().is_open() && socket_failed(c->stream.socket())) {
-          client_left(*w, on_gone, "reset after a half-close");
+          // The reset answered a probe (or a write of the answer): gone since that write.
+          client_left(*w, on_gone, "reset after a half-close", w->probe_at.value_or(Clock::now()));
+        } else if (w->stream && Clock::now() - w->last_write >= kProbeInterval) {
+          w->probe_due = true;  // nothing written for an interval: the handler probes
+          wake->notify();
         }
         arm_probe(std::move(c), std::move(w), std::move(wake), std::move(on_gone));
       });
@@ -154,12 +176,16 @@ void arm_watch(std::shared_ptr<Conn> c, std::shared_ptr<Watch> w, std::shared_pt
         // small write completes at once.
         (void)!::send(c->stream.socket().native_handle(), kContinue.data(), kContinue.size(),
                       MSG_NOSIGNAL | MSG_DONTWAIT);
+        w->probe_at = Clock::now();
         w->may_probe = false;
+      } else if (w->stream) {
+        w->probe_due = true;  // the handler writes the first probe at once
+        wake->notify();
       }
       arm_probe(std::move(c), std::move(w), std::move(wake), std::move(on_gone));
       return;
     }
-    client_left(*w, on_gone, ec.message());
+    client_left(*w, on_gone, ec.message(), Clock::now());
     w->done = true;
     wake->notify();
   });
@@ -205,6 +231,13 @@ ApiError cancelled_error(worker::CancelCause cause) {
 ApiError engine_error(const worker::DoneEvent& d) {
   if (d.retryable) return {ErrorKind::EngineRestarting, d.message, {}};
   return {ErrorKind::Internal, "generation failed: " + d.message, {}};
+}
+
+// A request without a seed gets a fresh one, as OpenAI and llama.cpp do: the engine's default
+// is a constant, which made every unseeded answer, retry and "regenerate" identical (issue 42).
+uint64_t fresh_seed() {
+  thread_local std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
 }
 
 std::string new_call_id() {
@@ -303,6 +336,7 @@ struct Choice {
   std::vector<TokenLogprob> lps;  // streaming: since the last chunk; otherwise: all
   bool stopped_by_string = false;
   std::optional<worker::DoneEvent> done;
+  Clock::time_point done_at;  // when the handler took the DoneEvent
   int32_t n_generated = 0;
 };
 
@@ -395,6 +429,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
   // No CancelOnDrop here: a handler torn down early (an exception, the io_context destroyed)
   // drops the choices' streams, and a dropped stream is a cancel the engine sees at its next
   // poll (engine test dropping_the_stream_cancels_the_request_and_frees_its_slot).
+  if (!r.seed_given) r.sampling.seed = fresh_seed();  // choice i of a prompt: seed + i
   worker::CancelToken token = worker::CancelToken::make();
   auto wake = std::make_shared<Wake>(c->stream.get_executor());
   auto engine_client = model->engine;
@@ -452,6 +487,8 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   auto watch = std::make_shared<Watch>(c->stream.get_executor());
   watch->may_probe = !r.stream && req.version() >= 11;
+  watch->stream = r.stream;
+  watch->last_write = Clock::now();
   std::vector<uint64_t> rids;
   for (auto& ch : choices) rids.push_back(ch.rid);
   auto cancel_for = [token, engine_client, rids](worker::CancelCause cause) {
@@ -474,7 +511,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
 
   auto writable = [&] { return !watch->client_gone && !write_failed; };
   // A failed write ends the request now: nobody will read the rest. A write past its deadline
-  // is a client that stopped reading.
+  // is a client that stopped reading. Either way the client was gone when the write began.
   auto on_write = [&](const boost::system::error_code& ec) {
     c->stream.expires_never();
     if (!ec || write_failed) return;
@@ -483,12 +520,14 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
                                              : worker::CancelCause::Client;
     log::debug("ember: write failed ({}): cancelling", ec.message());
     if (!watch->cause) watch->cause = cause;
+    if (!watch->gone_at) watch->gone_at = watch->last_write;
     cancel_for(cause);
   };
   std::string event;  // the SSE event being written
   auto write = [&]() -> asio::awaitable<void> {
     if (!writable()) co_return;
     auto chunk = http::make_chunk(asio::buffer(event));
+    watch->last_write = Clock::now();
     c->stream.expires_after(s.opts.write_timeout);
     auto [ec, n] =
         co_await asio::async_write(c->stream, chunk, asio::as_tuple(asio::use_awaitable));
@@ -504,6 +543,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     res.keep_alive(req.keep_alive());
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
+    watch->last_write = Clock::now();
     c->stream.expires_after(s.opts.write_timeout);
     auto [ec, n] =
         co_await http::async_write_header(c->stream, sr, asio::as_tuple(asio::use_awaitable));
@@ -528,6 +568,7 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
         if (!ev) break;
         if (auto* d = std::get_if<worker::DoneEvent>(&*ev)) {
           ch.done = *d;
+          ch.done_at = Clock::now();
           break;
         }
         const auto& t = std::get<worker::TokenEvent>(*ev);
@@ -557,6 +598,14 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
     }
     events.clear();
     if (all_done) break;
+    if (watch->probe_due) {
+      // A half-closed stream: a client that closed for good answers this with a reset.
+      watch->probe_due = false;
+      event = kSseProbe;
+      watch->probe_at = Clock::now();
+      co_await write();
+      continue;  // events may have arrived meanwhile
+    }
     co_await wait_for(*wake);
   }
 
@@ -584,8 +633,15 @@ asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c
       failed = &ch;
     }
     if (ch.done->timings.cancel_ms >= 0) {
+      // From the front's evidence of the departure when it has any: that includes its
+      // detection delay and the way to the engine, which the engine's figure cannot see.
+      double seconds = ch.done->timings.cancel_ms / 1000.0;
+      if (watch->gone_at && ch.done_at >= *watch->gone_at) {
+        seconds =
+            std::max(seconds, std::chrono::duration<double>(ch.done_at - *watch->gone_at).count());
+      }
       s.metrics.observe_cancel_latency(worker::cancel_phase_name(ch.done->timings.cancel_phase),
-                                       ch.done->timings.cancel_ms / 1000.0);
+                                       seconds);
     }
   }
   // A client that left or stopped reading before its answer was written was cut off, even when

@@ -5,8 +5,10 @@
 //   ember_time_to_first_token_seconds, ember_inter_token_latency_seconds   histograms
 //   ember_request_duration_seconds               histogram
 //   ember_cancellations_total{cause}             counter (client, deadline, shutdown, ...)
-//   ember_cancel_latency_seconds{phase}          histogram: cancel -> engine released the
-//                                                request (phase: queued, prefill, seed, decode)
+//   ember_cancel_latency_seconds{phase}          histogram: the front's evidence that the
+//                                                client was gone (else the cancel) -> the
+//                                                request's end (phase: queued, prefill, seed,
+//                                                decode)
 //   ember_kv_bytes                               gauge: KV memory of live sequences
 //   ember_queue_depth, ember_active_sequences, ember_in_flight_requests   gauges
 //   ember_engine_steps_total                     counter

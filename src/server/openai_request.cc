@@ -16,6 +16,11 @@ ApiError bad(std::string param, std::string message) {
   return ApiError{ErrorKind::InvalidRequest, std::move(message), std::move(param)};
 }
 
+// A field of the wrong JSON type (code invalid_type, as OpenAI answers it).
+ApiError bad_type(std::string param, std::string message) {
+  return ApiError{ErrorKind::InvalidType, std::move(message), std::move(param)};
+}
+
 const char* type_name(const json& v) {
   return v.type_name();
 }
@@ -26,7 +31,7 @@ std::optional<ApiError> read_number(const json& body, const char* key, double lo
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number()) {
-    return bad(key, fmt::format("'{}' must be a number, got {}", key, type_name(*it)));
+    return bad_type(key, fmt::format("'{}' must be a number, got {}", key, type_name(*it)));
   }
   double v = it->get<double>();
   if (!(v >= lo && v <= hi)) {
@@ -41,7 +46,7 @@ std::optional<ApiError> read_int(const json& body, const char* key, int64_t lo, 
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer()) {
-    return bad(key, fmt::format("'{}' must be an integer, got {}", key, type_name(*it)));
+    return bad_type(key, fmt::format("'{}' must be an integer, got {}", key, type_name(*it)));
   }
   int64_t v = it->is_number_unsigned()
                   ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), INT64_MAX))
@@ -57,7 +62,7 @@ std::optional<ApiError> read_bool(const json& body, const char* key, bool* out) 
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_boolean()) {
-    return bad(key, fmt::format("'{}' must be a boolean, got {}", key, type_name(*it)));
+    return bad_type(key, fmt::format("'{}' must be a boolean, got {}", key, type_name(*it)));
   }
   *out = it->get<bool>();
   return std::nullopt;
@@ -81,8 +86,8 @@ std::optional<ApiError> read_content(const json& v, size_t index, std::string* o
     }
     return std::nullopt;
   }
-  return bad(param, fmt::format("'{}' must be a string or an array of text parts, got {}", param,
-                                type_name(v)));
+  return bad_type(param, fmt::format("'{}' must be a string or an array of text parts, got {}",
+                                     param, type_name(v)));
 }
 
 // An assistant message's tool_calls (or legacy function_call), replayed in the history.
@@ -94,7 +99,7 @@ std::optional<ApiError> read_tool_calls(const json& m, size_t i, Message* msg) {
     param = fmt::format("messages[{}].function_call", i);
   }
   if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
-    if (!tc->is_array()) return bad(param, fmt::format("'{}' must be an array", param));
+    if (!tc->is_array()) return bad_type(param, fmt::format("'{}' must be an array", param));
     for (const json& c : *tc) calls.push_back(c);
   }
   for (size_t k = 0; k < calls.size(); ++k) {
@@ -124,14 +129,14 @@ std::optional<ApiError> read_messages(const json& body, std::vector<Message>* ou
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return bad("messages", "'messages' is required");
   if (!it->is_array()) {
-    return bad("messages", fmt::format("'messages' must be an array, got {}", type_name(*it)));
+    return bad_type("messages", fmt::format("'messages' must be an array, got {}", type_name(*it)));
   }
   if (it->empty()) return bad("messages", "'messages' must not be empty");
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     if (!m.is_object()) {
-      return bad(fmt::format("messages[{}]", i),
-                 fmt::format("'messages[{}]' must be an object, got {}", i, type_name(m)));
+      return bad_type(fmt::format("messages[{}]", i),
+                      fmt::format("'messages[{}]' must be an object, got {}", i, type_name(m)));
     }
     Message msg;
     auto role = m.find("role");
@@ -194,9 +199,10 @@ std::optional<ApiError> read_prompt(const json& body, std::vector<Prompt>* out) 
     return std::nullopt;
   }
   if (!it->is_array()) {
-    return bad("prompt", fmt::format("'prompt' must be a string, an array of strings or of token "
-                                     "ids, got {}",
-                                     type_name(*it)));
+    return bad_type("prompt",
+                    fmt::format("'prompt' must be a string, an array of strings or of token "
+                                "ids, got {}",
+                                type_name(*it)));
   }
   if (it->empty()) return bad("prompt", "'prompt' must not be an empty array");
   if ((*it)[0].is_number()) {
@@ -232,8 +238,8 @@ std::optional<ApiError> read_stop(const json& body, std::vector<std::string>* ou
     return std::nullopt;
   }
   if (!it->is_array()) {
-    return bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}",
-                                   type_name(*it)));
+    return bad_type("stop", fmt::format("'stop' must be a string or an array of strings, got {}",
+                                        type_name(*it)));
   }
   if (it->size() > 4) return bad("stop", "'stop' may hold at most 4 strings");
   for (const json& s : *it) {
@@ -264,7 +270,7 @@ std::optional<ApiError> reject_unsupported(const json& body) {
 std::optional<ApiError> read_logit_bias(const json& body, engine::SamplingParams* s) {
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) return bad("logit_bias", "'logit_bias' must be an object");
+  if (!it->is_object()) return bad_type("logit_bias", "'logit_bias' must be an object");
   if (it->size() > 1024) return bad("logit_bias", "'logit_bias' may hold at most 1024 tokens");
   for (auto e = it->begin(); e != it->end(); ++e) {
     char* end = nullptr;
@@ -303,7 +309,7 @@ std::optional<ApiError> read_tools(const json& body, CompletionRequest* r) {
   const json* functions = get("functions");
   json normalized = json::array();
   if (tools) {
-    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
+    if (!tools->is_array()) return bad_type("tools", "'tools' must be an array");
     for (size_t i = 0; i < tools->size(); ++i) {
       const json& t = (*tools)[i];
       std::string param = fmt::format("tools[{}]", i);
@@ -316,7 +322,7 @@ std::optional<ApiError> read_tools(const json& body, CompletionRequest* r) {
       normalized.push_back({{"type", "function"}, {"function", t["function"]}});
     }
   } else if (functions) {
-    if (!functions->is_array()) return bad("functions", "'functions' must be an array");
+    if (!functions->is_array()) return bad_type("functions", "'functions' must be an array");
     for (size_t i = 0; i < functions->size(); ++i) {
       const json& f = (*functions)[i];
       if (auto e = check_function(f, fmt::format("functions[{}]", i))) return e;
@@ -351,7 +357,7 @@ std::optional<ApiError> read_tools(const json& body, CompletionRequest* r) {
     r->tool_choice = ToolChoice::Named;
     r->tool_choice_name = (*fn)["name"].get<std::string>();
   } else {
-    return bad(choice_key, fmt::format("'{}' must be a string or an object", choice_key));
+    return bad_type(choice_key, fmt::format("'{}' must be a string or an object", choice_key));
   }
   if (r->tool_choice == ToolChoice::Required || r->tool_choice == ToolChoice::Named) {
     if (r->tools.is_null()) {
@@ -405,13 +411,13 @@ std::optional<ApiError> read_response_format(const json& body, CompletionRequest
 
 std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, CompletionRequest* r) {
   if (!body.is_object()) {
-    return bad("", fmt::format("request body must be a JSON object, got {}", type_name(body)));
+    return bad_type("", fmt::format("request body must be a JSON object, got {}", type_name(body)));
   }
   if (auto e = reject_unsupported(body)) return e;
   auto model = body.find("model");
   if (model == body.end() || model->is_null()) return bad("model", "'model' is required");
   if (!model->is_string()) {
-    return bad("model", fmt::format("'model' must be a string, got {}", type_name(*model)));
+    return bad_type("model", fmt::format("'model' must be a string, got {}", type_name(*model)));
   }
   r->model = model->get<std::string>();
   if (endpoint == Endpoint::Chat) {
@@ -422,7 +428,7 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
   if (auto e = read_bool(body, "stream", &r->stream)) return e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) {
-      return bad("stream_options", "'stream_options' must be an object");
+      return bad_type("stream_options", "'stream_options' must be an object");
     }
     if (auto e = read_bool(*it, "include_usage", &r->include_usage)) {
       e->param = "stream_options.include_usage";
@@ -450,6 +456,7 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
   n.reset();
   if (auto e = read_int(body, "seed", INT64_MIN, INT64_MAX, &n)) return e;
   if (n) s.seed = static_cast<uint64_t>(*n);
+  r->seed_given = n.has_value();
   if (auto e = read_stop(body, &r->stop)) return e;
 
   if (endpoint == Endpoint::Chat) {
@@ -486,13 +493,13 @@ std::optional<ApiError> parse_into(const json& body, Endpoint endpoint, Completi
     if (auto e = read_response_format(body, r)) return e;
     if (auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null()) {
       if (!it->is_boolean())
-        return bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        return bad_type("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     }
   }
   s.top_logprobs = r->top_logprobs;
   s.logprobs = r->logprobs;
   if (auto it = body.find("user"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return bad("user", "'user' must be a string");
+    if (!it->is_string()) return bad_type("user", "'user' must be a string");
     r->user = it->get<std::string>();
   }
   return std::nullopt;

@@ -52,6 +52,7 @@ struct CompletionRequest {
   bool include_usage = false;         // stream_options.include_usage
   std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens
   worker::SamplingParams sampling;
+  bool seed_given = false;  // false: the handler draws a fresh seed for this request
   std::vector<std::string> stop;
   bool logprobs = false;  // chat: logprobs=true; completion: logprobs=N (N >= 0)
   int32_t top_logprobs = 0;

@@ -11,6 +11,9 @@ namespace ember::server {
 
 std::string sse_event(const nlohmann::json& j);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+// A comment line, which SSE parsers skip: written to a half-closed stream as a probe (a peer
+// that closed for good answers it with a reset).
+inline constexpr const char* kSseProbe = ": probe\n\n";
 
 // dump() that never throws on invalid UTF-8.
 std::string dump_json(const nlohmann::json& j);

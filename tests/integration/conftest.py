@@ -63,6 +63,13 @@ def models(ember, tmp_path_factory):
     return {"small": small, "big": big}
 
 
+# The seed every request without one sampled with until each request drew a fresh seed (issue
+# 42). Requests whose test depends on what is sampled (a long generation that must not end at
+# an early end-of-generation token, a finish_reason of "length", an exact token count) name it,
+# so they sample what they always did.
+SEED = 0xE3BE5EED
+
+
 def wait_for(pred, timeout=10.0, interval=0.02, what="condition"):
     deadline = time.monotonic() + timeout
     while True:
@@ -303,6 +310,18 @@ def wait_weight_copy_done(pid, timeout=120):
     while "ember-wcopy" in thread_names(pid):
         assert time.monotonic() < deadline, "the weight copy did not finish"
         time.sleep(0.02)
+
+
+def assert_prefill_cut_short(s, steps_before, chunk):
+    """Waits until the server's one request has ended, then checks that under half of its
+    prompt's prefill chunks ran (`--prefill-chunk` `chunk`; on an otherwise idle server each
+    engine step is one chunk): a count, not a time. The wait is long because a request whose
+    cancel was missed ends only after its whole prefill."""
+    wait_for(lambda: s.metric("ember_in_flight_requests") == 0, timeout=120,
+             what="no request in flight")
+    chunks = s.metric("ember_prompt_tokens_total") / chunk
+    run = s.metric("ember_engine_steps_total") - steps_before
+    assert run < chunks / 2, f"{run:.0f} of {chunks:.0f} prefill chunks run for a client that left"
 
 
 def assert_idle(pid, budget=0.05):

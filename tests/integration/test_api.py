@@ -7,7 +7,7 @@ import time
 import openai
 import pytest
 
-from conftest import connect, parse_response, read_all, request, send_request, wait_for
+from conftest import SEED, connect, parse_response, read_all, request, send_request, wait_for
 
 CHAT = {"model": "default", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -45,7 +45,7 @@ def test_openai_chat_non_streaming(server):
 
 def test_openai_chat_streaming_carries_content_deltas(server):
     stream = client(server).chat.completions.create(
-        messages=CHAT["messages"], model="default", max_tokens=16, stream=True,
+        messages=CHAT["messages"], model="default", max_tokens=16, stream=True, seed=SEED,
         stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -65,6 +65,22 @@ def test_openai_completions_both_ways(server):
         model="default", prompt="Once upon", max_tokens=8, stream=True, seed=1, temperature=0)
         if ch.choices]
     assert "".join(pieces) == r.choices[0].text  # same seed, greedy: same text
+
+
+def test_unseeded_requests_vary_and_a_given_seed_reproduces(server):
+    # Issue 42: the default seed was a constant, so five unseeded requests at temperature 1 gave
+    # one answer. Each now draws a fresh seed; 24 sampled tokens repeating in all five would
+    # take the same 24 draws five times.
+    body = {"model": "default", "prompt": "Once upon", "max_tokens": 24, "temperature": 1.0}
+
+    def text(b):
+        status, _, raw = request(server.port, "POST", "/v1/completions", b)
+        assert status == 200, raw
+        return json.loads(raw)["choices"][0]["text"]
+
+    assert len({text(body) for _ in range(5)}) > 1
+    seeded = {**body, "seed": 1234}
+    assert len({text(seeded) for _ in range(3)}) == 1
 
 
 def test_stop_string_is_not_emitted(server):
@@ -110,7 +126,7 @@ def test_errors_are_openai_error_json_with_the_right_status(server):
     status, _, e = error_of(p, '{"model": "default", "messages": [')
     assert status == 400 and e["code"] == "invalid_json"
     status, _, e = error_of(p, {**CHAT, "temperature": "warm"})
-    assert status == 400 and e["param"] == "temperature"
+    assert status == 400 and e["param"] == "temperature" and e["code"] == "invalid_type"
     status, _, e = error_of(p, {"model": "default", "messages": []})
     assert status == 400 and e["param"] == "messages"
     status, _, e = error_of(p, {**CHAT, "n": 0})
@@ -163,7 +179,7 @@ def test_overloaded_is_429_with_retry_after(start_server, models):
     s = start_server(models["big"], "--max-sequences", "1", "--max-queued", "0")
     sock = connect(s.port)
     send_request(sock, "POST", "/v1/completions", {"model": "default", "prompt": "x",
-                                                   "max_tokens": 3000})
+                                                   "max_tokens": 3000, "seed": SEED})
     wait_for(lambda: s.metric("ember_active_sequences") == 1, what="one active sequence")
     status, hdrs, raw = request(s.port, "POST", "/v1/completions",
                                 {"model": "default", "prompt": "y", "max_tokens": 4})
@@ -194,7 +210,8 @@ def test_slow_loris_clients_do_not_delay_a_normal_request(start_server, models):
 
 
 def test_metrics_pass_promtool(server):
-    client(server).chat.completions.create(messages=CHAT["messages"], model="default", max_tokens=3)
+    client(server).chat.completions.create(messages=CHAT["messages"], model="default", max_tokens=3,
+                                           seed=SEED)
     request(server.port, "GET", "/nope")
     status, hdrs, body = request(server.port, "GET", "/metrics")
     assert status == 200 and hdrs["content-type"].startswith("text/plain")

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from conftest import (assert_idle, connect, parse_response, read_all, request, send_request,
-                      wait_for)
+from conftest import (SEED, assert_idle, assert_prefill_cut_short, connect, parse_response,
+                      read_all, request, send_request, wait_for)
 
 LONG = 3000  # max_tokens no test lets finish
 CHAT = "/v1/chat/completions"
@@ -51,7 +51,7 @@ def big(start_server, models):
 def test_client_that_pipelines_megabytes_then_leaves_is_still_seen(big):
     sock = connect(big.port)
     req = raw_request("POST", "/v1/completions",
-                      {"model": "default", "prompt": "go", "max_tokens": LONG})
+                      {"model": "default", "prompt": "go", "max_tokens": LONG, "seed": SEED})
     sock.sendall(req + b"x" * (1536 * 1024))
     wait_for(lambda: big.metric("ember_generated_tokens_total") >= 5, what="generation under way")
     sock.close()
@@ -86,6 +86,11 @@ def test_client_that_stops_reading_is_cancelled_as_slow_consumer(start_server, m
     settled(s)
     n = s.metric("ember_generated_tokens_total")
     assert n < 1000, f"{n} tokens generated for a client that never read: --send-buffer ignored?"
+    # Cancel latency counts from the start of the write that never completed (issue 42), so
+    # it includes the 0.25 s the server waited to find the client gone; timed from the cancel
+    # alone it was one decode step.
+    assert s.metric("ember_cancel_latency_seconds_count", phase="decode") == 1
+    assert s.metric("ember_cancel_latency_seconds_sum", phase="decode") >= 0.25
     assert_idle(s.pid)
     assert s.metric("ember_generated_tokens_total") == n
     sock.close()
@@ -103,7 +108,7 @@ def test_a_bad_send_buffer_is_refused_naming_the_flag(ember):
 def test_half_closed_client_gets_its_answer(big, stream):
     sock = connect(big.port)
     sock.sendall(raw_request("POST", CHAT, {
-        "model": "default", "stream": stream, "max_tokens": 8,
+        "model": "default", "stream": stream, "max_tokens": 8, "seed": SEED,
         "messages": [{"role": "user", "content": "go"}]}, {"Connection": "close"}))
     sock.shutdown(socket.SHUT_WR)
     status, _, body = parse_response(strip_interim(read_all(sock)))
@@ -123,8 +128,8 @@ def test_half_closed_client_gets_its_answer(big, stream):
 
 def test_half_closed_then_gone_client_is_still_seen(big):
     sock = connect(big.port)
-    sock.sendall(raw_request("POST", "/v1/completions",
-                             {"model": "default", "prompt": "go", "max_tokens": LONG}))
+    sock.sendall(raw_request("POST", "/v1/completions", {"model": "default", "prompt": "go",
+                                                         "max_tokens": LONG, "seed": SEED}))
     sock.shutdown(socket.SHUT_WR)
     wait_for(lambda: big.metric("ember_generated_tokens_total") >= 5, what="generation under way")
     sock.close()
@@ -132,6 +137,29 @@ def test_half_closed_then_gone_client_is_still_seen(big):
              what="client cancellation")
     settled(big)
     assert big.metric("ember_generated_tokens_total") < LONG / 4
+
+
+# Issue 42: a half-closed stream is probed with SSE comments while nothing else is written
+# (queued, prefilling), so a client that then closes for good is seen within a probe interval,
+# not at the first token after the whole prefill. It reads every probe before closing, so its
+# close sends nothing; only the next probe's reset can tell.
+def test_half_closed_stream_then_gone_during_prefill_is_seen(start_server, models):
+    s = start_server(models["big"], "--ctx-size", "4096", "--prefill-chunk", "32")
+    steps = s.metric("ember_engine_steps_total")
+    sock = connect(s.port)
+    sock.sendall(raw_request("POST", "/v1/completions", {
+        "model": "default", "stream": True, "max_tokens": LONG, "seed": SEED,
+        "prompt": "go " * 1800}))
+    sock.shutdown(socket.SHUT_WR)
+    got = b""
+    while b": probe\n\n\r\n" not in got:  # the probe answering the half-close
+        got += sock.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200")
+    sock.close()
+    assert_prefill_cut_short(s, steps, 32)
+    assert s.metric("ember_cancellations_total", cause="client") == 1
+    assert s.metric("ember_generated_tokens_total") == 0
+    settled(s)
 
 
 # 5. A request being templated when the drain begins is counted, so the drain waits for it.
@@ -186,7 +214,7 @@ def test_top_p_zero_is_accepted_and_equals_greedy(big):
 # 9. null means unset: a null max_completion_tokens keeps max_tokens in force.
 @pytest.mark.parametrize("path", [CHAT, "/v1/completions"])
 def test_null_max_completion_tokens_keeps_max_tokens(big, path):
-    body = {"model": "default", "max_tokens": 3, "max_completion_tokens": None}
+    body = {"model": "default", "max_tokens": 3, "max_completion_tokens": None, "seed": SEED}
     if path == CHAT:
         body["messages"] = [{"role": "user", "content": "go"}]
     else:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import connect, parse_response, read_all, request, send_request, wait_for
+from conftest import SEED, connect, parse_response, read_all, request, send_request, wait_for
 
 LONG = 3000
 
@@ -71,7 +71,7 @@ def sse(raw):
 
 def start_streams(s, n, max_tokens):
     out = {}
-    body = {"model": "default", "stream": True, "max_tokens": max_tokens,
+    body = {"model": "default", "stream": True, "max_tokens": max_tokens, "seed": SEED,
             "messages": [{"role": "user", "content": "go"}]}
     threads = [threading.Thread(target=stream_raw, args=(s.port, body, out, i)) for i in range(n)]
     for t in threads:
@@ -106,7 +106,7 @@ def test_the_worker_runs_in_its_own_process_group(start_server, models):
 def test_in_process_engine_has_no_worker(start_server, models):
     s = start_server(models["small"], "--engine", "in-process")
     status, _, body = request(s.port, "POST", "/v1/completions",
-                              {"model": "default", "prompt": "hi", "max_tokens": 4})
+                              {"model": "default", "prompt": "hi", "max_tokens": 4, "seed": SEED})
     assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 4
     assert children(s.pid) == []
 
@@ -185,7 +185,7 @@ def test_killing_the_worker_costs_one_request_not_the_server(start_server, model
     wait_for(lambda: request(s.port, "GET", "/ready")[0] == 200, 30, what="a new worker")
     assert worker_pid(s) not in (None, w)
     status, _, body = request(s.port, "POST", "/v1/completions",
-                              {"model": "default", "prompt": "hi", "max_tokens": 3})
+                              {"model": "default", "prompt": "hi", "max_tokens": 3, "seed": SEED})
     assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3
     assert s.metric("ember_worker_restarts_total") == 1
     assert "exited unexpectedly (killed by signal 9 (SIGKILL))" in log(s)

@@ -38,6 +38,7 @@ TEST(OpenAiRequest, parses_a_full_chat_request) {
   EXPECT_EQ(r.sampling.temperature, 0.f);
   EXPECT_EQ(r.sampling.top_k, 3);
   EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_TRUE(r.seed_given);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n\n", "END"}));
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
@@ -54,6 +55,20 @@ TEST(OpenAiRequest, completion_takes_prompt_and_integer_logprobs) {
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_EQ(r.stop, std::vector<std::string>{"."});
+}
+
+// A request without a seed (absent or null) is marked so: the handler draws a fresh one.
+// A given seed, 0 and negative ones included, is kept as sent.
+TEST(OpenAiRequest, a_seed_is_kept_and_its_absence_is_marked) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}])";
+  EXPECT_FALSE(ok_of(head + "}").seed_given);
+  EXPECT_FALSE(ok_of(head + R"(,"seed":null})").seed_given);
+  auto zero = ok_of(head + R"(,"seed":0})");
+  EXPECT_TRUE(zero.seed_given);
+  EXPECT_EQ(zero.sampling.seed, 0u);
+  auto neg = ok_of(head + R"(,"seed":-1})");
+  EXPECT_TRUE(neg.seed_given);
+  EXPECT_EQ(neg.sampling.seed, ~uint64_t{0});
 }
 
 TEST(OpenAiRequest, malformed_json_is_invalid_json_400) {
@@ -80,20 +95,32 @@ TEST(OpenAiRequest, a_body_nesting_past_the_limit_is_refused_before_parsing_nami
         R"("}]})");
 }
 
-TEST(OpenAiRequest, wrong_types_name_the_parameter) {
+TEST(OpenAiRequest, wrong_types_name_the_parameter_with_code_invalid_type) {
   auto e =
       error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})");
-  EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(e.kind, ErrorKind::InvalidType);
   EXPECT_EQ(e.param, "temperature");
   EXPECT_NE(e.message.find("number"), std::string::npos);
-  e = error_of(R"({"model":"m","messages":"hello"})");
-  EXPECT_EQ(e.param, "messages");
-  e = error_of(R"({"model":3,"messages":[{"role":"user","content":"x"}]})");
-  EXPECT_EQ(e.param, "model");
-  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})");
-  EXPECT_EQ(e.param, "max_tokens");
-  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})");
-  EXPECT_EQ(e.param, "stream");
+  EXPECT_EQ(nlohmann::json::parse(error_body(e))["error"]["code"], "invalid_type");
+  EXPECT_EQ(error_info(e.kind).status, 400);
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model":"m","messages":"hello"})", "messages"},
+      {R"({"model":3,"messages":[{"role":"user","content":"x"}]})", "model"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})",
+       "max_tokens"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":5})", "stop"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}],"user":1})", "user"},
+  };
+  for (const auto& [body, param] : cases) {
+    e = error_of(body);
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_EQ(e.kind, ErrorKind::InvalidType) << body;
+  }
+  // A wrong value of the right type stays a plain invalid request (code null).
+  e = error_of(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":9})");
+  EXPECT_EQ(e.kind, ErrorKind::InvalidRequest);
 }
 
 TEST(OpenAiRequest, empty_messages_is_rejected) {
@@ -224,7 +251,7 @@ TEST(OpenAiRequest, response_formats_are_read) {
 TEST(OpenAiRequest, missing_model_or_prompt_is_rejected) {
   EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"x"}]})").param, "model");
   EXPECT_EQ(error_of(R"({"model":"m"})", Endpoint::Completion).param, "prompt");
-  EXPECT_EQ(error_of(R"([1,2])").kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(error_of(R"([1,2])").kind, ErrorKind::InvalidType);
 }
 
 TEST(ApiError, body_is_openai_error_json_and_statuses_come_from_one_table) {
