@@ -1,9 +1,11 @@
 // `ember run`: loads a model in this process and generates text from one prompt, or holds a
 // chat (--chat) reading user turns line by line from stdin (a terminal or a pipe) until EOF.
 // Text streams to stdout as it is generated; the summary line goes to stderr.
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <random>
@@ -135,24 +137,71 @@ void print_summary(const engine::DoneEvent& d) {
                std::string(tensor::simd_level()).c_str());
 }
 
+// A notice on stderr, dimmed on a terminal: about the chat, not part of any answer.
+void notice(const std::string& msg) {
+  const bool tty = ::isatty(2);
+  std::fprintf(stderr, "%s%s%s\n", tty ? "\x1b[2m" : "", msg.c_str(), tty ? "\x1b[0m" : "");
+}
+
+// The prompt of `conv` (user and assistant turns, ending with a user turn; the system message
+// is the codec's and always stays), made to fit the context: while it leaves less than
+// `reserve` tokens for the answer, the oldest exchange (a user turn and its answer) is dropped
+// from `conv`. The newest user turn is never dropped; its prompt may still leave less room
+// (or none: the caller checks). Returns how many exchanges were dropped in `*dropped`.
+Result<std::vector<int32_t>> fit_conversation(const text::TextCodec& codec,
+                                              std::vector<text::ChatMessage>& conv, int32_t n_ctx,
+                                              int32_t reserve, int* dropped) {
+  *dropped = 0;
+  for (;;) {
+    EMBER_TRY(std::vector<int32_t> ids, codec.encode_chat(conv));
+    if (static_cast<int64_t>(ids.size()) + reserve <= n_ctx || conv.size() < 3) return ids;
+    conv.erase(conv.begin(), conv.begin() + 2);
+    ++*dropped;
+  }
+}
+
 // Ctrl-C during an answer stops it (kept, cut short, in the history); Ctrl-C at the prompt or
-// end of input (Ctrl-D) ends the chat with exit 0.
+// end of input (Ctrl-D) ends the chat with exit 0. Each answer gets at most what the context
+// holds after its prompt (and -n); when the conversation grows past the context, its oldest
+// exchanges are dropped (with a notice) so that the newest turn is answered.
 int run_chat(Loaded& m, ChatInterrupts& interrupts, const RunOptions& o, uint64_t seed) {
   std::vector<text::ChatMessage> conv;
   std::string line;
   const bool tty = ::isatty(0);
+  const int32_t n_ctx = m.engine->n_ctx();
+  // Room kept for an answer when old turns are dropped: -n, but at most a quarter of the
+  // context (a long -n must not drop every earlier turn).
+  const int32_t reserve = std::max(1, std::min(o.n_predict, n_ctx / 4));
   for (int turn = 0;; ++turn) {
     if (tty) std::fputs("> ", stdout), std::fflush(stdout);
     auto status = interrupts.read_line(&line);
     if (status != ChatInterrupts::LineStatus::Line) break;
     if (line.empty()) continue;
     conv.push_back({"user", line});
-    auto ids = m.text->encode_chat(conv);
+    int dropped = 0;
+    auto ids = fit_conversation(*m.text, conv, n_ctx, reserve, &dropped);
     if (!ids) {
       std::fprintf(stderr, "ember run: %s\n", ids.message().c_str());
       return 1;
     }
-    auto out = generate(m, *ids, o, seed + static_cast<uint64_t>(turn), &interrupts);
+    if (dropped > 0) {
+      notice(
+          fmt::format("(the conversation outgrew the {}-token context: dropped its {} oldest "
+                      "exchange{})",
+                      n_ctx, dropped, dropped == 1 ? "" : "s"));
+    }
+    if (static_cast<int64_t>(ids->size()) >= n_ctx) {
+      // Not even this message fits, with no history: say so and go on with a fresh chat.
+      notice(
+          fmt::format("(this message and the system prompt are {} tokens, but the context "
+                      "holds {} (-c): not sent; the conversation starts afresh)",
+                      ids->size(), n_ctx));
+      conv.clear();
+      continue;
+    }
+    RunOptions turn_options = o;  // the answer's budget: what the context holds after the prompt
+    turn_options.n_predict = std::min<int64_t>(o.n_predict, n_ctx - ids->size());
+    auto out = generate(m, *ids, turn_options, seed + static_cast<uint64_t>(turn), &interrupts);
     if (!out) {
       std::fprintf(stderr, "\nember run: %s\n", out.message().c_str());
       return 1;

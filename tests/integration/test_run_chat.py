@@ -122,3 +122,28 @@ def test_the_token_limit_is_serves_max_tokens_setting(ember):
     out = piped_chat(ember, "Write a long story about a dragon.", env={"EMBER_MAX_TOKENS": "8"})
     assert out.endswith(" [length]\n"), out
     assert len(out) < 120, out  # 8 tokens, not the default's thousands
+
+
+def test_a_chat_longer_than_the_context_drops_old_turns_and_goes_on(ember):
+    # In a 96-token context each story fills what the prompt leaves (the default -n is serve's
+    # --max-tokens, far more), so every later turn's conversation outgrows the context: the
+    # oldest exchanges are dropped with a notice, and every turn is answered, without exit 1.
+    stories = ["Write a long story about a dragon.", "Write a long story about a ship.",
+               "Write a long story about a baker."]
+    question = "What is the capital of France? Answer in one word."
+    r = subprocess.run([ember, "run", "--chat", "--temp", "0", "--threads", "1", "-c", "96"],
+                       input="\n".join(stories + [question]) + "\n", capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    # Each story is cut at the context's edge and marked; the last answer ends on its own.
+    assert r.stdout.count(" [length]\n") == len(stories), r.stdout
+    last = r.stdout.rsplit(" [length]\n", 1)[1]
+    assert "Paris" in last and "[length]" not in last, r.stdout
+    assert "the conversation outgrew the 96-token context" in r.stderr, r.stderr
+    # A message that does not fit even alone is not sent, and the chat still goes on.
+    r = subprocess.run([ember, "run", "--chat", "--temp", "0", "--threads", "1", "-c", "96",
+                        "-n", "4"], input="word " * 200 + "\n" + question + "\n",
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "but the context holds 96 (-c): not sent" in r.stderr, r.stderr
+    assert r.stdout.strip(), r.stdout
