@@ -5,25 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include "fixture/vocab_builder.h"
+#include "server/fixture_codec.h"
 
 namespace ember::server {
 namespace {
 
-std::unique_ptr<text::TextCodec> fixture_codec() {
-  text::Vocab v = fixture::build_bpe_vocab({});
-  v.chat_template.clear();  // the ChatML fallback: Hermes tool calls
-  auto tok = text::Tokenizer::create(std::move(v));
-  EXPECT_TRUE(tok.ok()) << tok.message();
-  auto c = text::TextCodec::create(std::shared_ptr<const text::Tokenizer>(std::move(tok).value()),
-                                   {"llama", ""});
-  EXPECT_TRUE(c.ok()) << c.message();
-  return std::move(c).value();
-}
-
 const text::TextCodec& codec() {
-  static const std::unique_ptr<text::TextCodec> c = fixture_codec();
-  return *c;
+  return testing::fixture_codec();
 }
 
 std::vector<int32_t> ids_of(std::string_view s) {
@@ -104,8 +92,9 @@ TEST(ChoicePipeline, text_that_may_start_a_stop_string_is_held_then_flushed_at_t
 TEST(ChoicePipeline, a_tool_call_comes_out_as_a_call_with_an_id_not_as_text) {
   ChoicePipeline p(codec(), {}, true, false);
   Shown run = run_through(
-      p, "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
-         "</tool_call>");
+      p,
+      "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+      "</tool_call>");
   EXPECT_EQ(run.content, "Sure.");
   ASSERT_EQ(run.calls.size(), 1u);
   EXPECT_EQ(run.calls[0].name, "get_weather");
@@ -118,8 +107,8 @@ TEST(ChoicePipeline, a_tool_call_comes_out_as_a_call_with_an_id_not_as_text) {
 TEST(ChoicePipeline, two_calls_get_two_ids) {
   ChoicePipeline p(codec(), {}, true, false);
   Shown run = run_through(p,
-                        "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"
-                        "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>");
+                          "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"
+                          "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>");
   ASSERT_EQ(run.calls.size(), 2u);
   EXPECT_EQ(run.calls[0].name, "a");
   EXPECT_EQ(run.calls[1].name, "b");
