@@ -67,7 +67,7 @@ ApiError from_submit_error(const worker::SubmitError& e) {
       return {ErrorKind::Draining, "server is shutting down: " + e.message, {}};
     case K::EngineUnavailable:
       return {ErrorKind::EngineRestarting, e.message, {}};
-    case K::BadConstraint:  // completion.cc names the parameter (constraint_error)
+    case K::BadConstraint:  // submission.cc names the parameter (constraint_error)
       return {ErrorKind::Unsupported, e.message, {}};
   }
   return {ErrorKind::Internal, e.message, {}};

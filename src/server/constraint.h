@@ -7,7 +7,7 @@
 // builds the spec (worker/constraint.h). With an engine worker the spec travels to it and the
 // worker compiles (a schema it cannot enforce comes back as a refusal, answered 400 before any
 // token); with the engine in this process build_constraint() compiles it here, off the HTTP
-// I/O threads (completion.cc). Either way TextCodec::grammar caches the compiled grammar (and
+// I/O threads (generation.cc). Either way TextCodec::grammar caches the compiled grammar (and
 // its masks) by spec.
 #pragma once
 

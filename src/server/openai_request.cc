@@ -530,8 +530,7 @@ json template_messages(const std::vector<Message>& messages) {
   return out;
 }
 
-std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
-                                                                   Endpoint endpoint) {
+std::variant<json, ApiError> parse_json_body(std::string_view body) {
   // Before anything parses or walks it: copies, dumps and the chat template recurse per level.
   if (text::json_depth(body) > text::kMaxJsonDepth) {
     return ApiError{ErrorKind::InvalidRequest,
@@ -544,6 +543,14 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   if (j.is_discarded()) {
     return ApiError{ErrorKind::InvalidJson, "request body is not valid JSON", std::nullopt};
   }
+  return j;
+}
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   Endpoint endpoint) {
+  auto parsed = parse_json_body(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
   CompletionRequest r;
   r.endpoint = endpoint;
   try {

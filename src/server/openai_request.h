@@ -74,6 +74,11 @@ struct CompletionRequest {
 // assistant turn that only called tools, tool results with their call id.
 nlohmann::ordered_json template_messages(const std::vector<Message>& messages);
 
+// A request body as JSON, read within text/json_limits.h's bounds: the nesting checked before
+// anything parses it, an object's members appended in constant time each. Errors (400):
+// nested deeper than kMaxJsonDepth, not JSON (invalid_json).
+std::variant<nlohmann::ordered_json, ApiError> parse_json_body(std::string_view body);
+
 // Errors (400): malformed JSON, wrong types, empty messages, out-of-range values,
 // unsupported parameters. `model` is checked later against the served names.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,

@@ -1,5 +1,6 @@
 // Internal to the server: the shared state behind Server (server.cc), the connection loop and
-// routes (session.cc) and the completion handler (completion.cc). Not part of the interface.
+// routes (session.cc), the completion handler (completion.cc) and the request pipeline it runs
+// on (generation.h, submission.h). Not part of the interface.
 #pragma once
 
 #include <atomic>
@@ -58,7 +59,7 @@ struct Server::Impl {
   unsigned char signal_byte = 0;
   std::vector<std::thread> threads;
   // Compiles output constraints for an engine in this process, off the I/O threads
-  // (completion.cc); after `ioc`, so it is joined before the io_context goes.
+  // (generation.cc); after `ioc`, so it is joined before the io_context goes.
   asio::thread_pool compile_pool{1};
   Metrics metrics;
 

@@ -1,5 +1,6 @@
 // The connection loop (read a request head under the header timeout, the body under the body
-// timeout, answer, repeat while keep-alive) and the routes other than completions.
+// timeout, answer, repeat while keep-alive) and the routes other than completions
+// (/tokenize and /detokenize answer from server/tokenize.h).
 #include <algorithm>
 #include <cctype>
 
@@ -9,6 +10,7 @@
 #include "server/http_framing.h"
 #include "server/server_impl.h"
 #include "server/sse.h"
+#include "server/tokenize.h"
 #include "server/web_assets.h"
 
 namespace ember::server {
@@ -35,8 +37,9 @@ const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
 // paths must not grow the label set).
 std::string_view route_label(const Server::Impl& s, std::string_view path) {
   if (find_web_asset(s, path)) return "web";
-  for (std::string_view known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                                 "/ready", "/metrics", "/admin/shutdown"}) {
+  for (std::string_view known :
+       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics",
+        "/admin/shutdown", "/tokenize", "/detokenize"}) {
     if (path == known) return known;
   }
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
@@ -45,7 +48,8 @@ std::string_view route_label(const Server::Impl& s, std::string_view path) {
 
 // The methods a route accepts (the Allow header), or empty for an unknown path.
 std::string_view allowed_methods(std::string_view path) {
-  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/admin/shutdown") {
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/admin/shutdown" ||
+      path == "/tokenize" || path == "/detokenize") {
     return "POST, OPTIONS";
   }
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models" ||
@@ -219,9 +223,10 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
             {}};
   }
   const bool model_path = path.starts_with("/v1/models/");
-  bool v1 = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
-            model_path;
-  if (v1 && !authorized(s, req)) {
+  const bool tokenize_path = path == "/tokenize" || path == "/detokenize";
+  bool needs_key = path == "/v1/models" || path == "/v1/chat/completions" ||
+                   path == "/v1/completions" || model_path || tokenize_path;
+  if (needs_key && !authorized(s, req)) {
     return error_reply({ErrorKind::Unauthorized,
                         "missing or wrong API key (send 'Authorization: Bearer KEY')",
                         {}});
@@ -238,7 +243,14 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
     if (!m) return error_reply({ErrorKind::NotReady, "the model is still loading", {}});
     return model_reply(*m, path.substr(std::string_view("/v1/models/").size()));
   }
-  if (v1) return method_not_allowed(path, req);  // a completion route, not POSTed
+  if (tokenize_path) {
+    if (req.method() != http::verb::post) return method_not_allowed(path, req);
+    auto m = s.current_model();
+    if (!m) return error_reply({ErrorKind::NotReady, "the model is still loading", {}});
+    return path == "/tokenize" ? tokenize_reply(*m->text, req.body())
+                               : detokenize_reply(*m->text, req.body());
+  }
+  if (needs_key) return method_not_allowed(path, req);  // a completion route, not POSTed
   if (const WebAsset* a = find_web_asset(s, path)) {
     if (!is_get(req)) return method_not_allowed(path, req);
     return {http::status::ok, std::string(a->content_type), std::string(a->body), 0};
