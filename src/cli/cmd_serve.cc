@@ -208,7 +208,6 @@ int cmd_serve(int argc, char** argv) {
   so.reuse_port = o.reuse_port;
   so.handover = ms(o.handover_s);
   so.test_accept_delay = ms(o.test_accept_delay_s);
-  so.handle_signals = false;  // the signal thread below
   server::Server srv(so);
   auto port = srv.listen();
   if (!port) {

@@ -5,10 +5,9 @@
 //
 // Lifecycle: listen() binds (port 0: ephemeral) and start() serves at once — before the model
 // is loaded (/health says "loading", completions answer 503) — then set_model() makes it ready.
-// SIGINT/SIGTERM start the drain (DrainController); a second signal exits at once. With
-// handle_signals off (ember serve), the owner handles signals through a self-pipe thread that
-// outlives the IO threads, and calls begin_drain(). POST /admin/shutdown (with --admin-key)
-// begins the same drain.
+// The server installs no signal handler: its owner (ember serve) handles SIGINT/SIGTERM on a
+// self-pipe thread that outlives the IO threads and calls begin_drain(); a second signal is
+// the owner's to act on. POST /admin/shutdown (with --admin-key) begins the same drain.
 // wait() returns the exit code once the drain is complete and the engine has shut down.
 //
 // Threading: IO threads never block on the engine. The engine's EventStream waker posts to the
@@ -49,7 +48,6 @@ struct ServerOptions {
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
   std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
-  bool handle_signals = true;                     // ember serve: false (its signal thread drains)
   // Origins browsers may call from (CORS); empty: none; "*": any.
   std::vector<std::string> cors_origins;
   int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
@@ -89,11 +87,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   Result<uint16_t> listen();  // the bound port
-  void start();               // IO threads, signals, accept loop
+  void start();               // IO threads, accept loop
   void set_model(std::shared_ptr<ServedModel> model);
   void set_load_failed(std::string message);  // wait() then returns 1
-  // What the first signal does; idempotent (a second call does not exit: signals are counted
-  // by whoever handles them — the server itself with handle_signals, else its owner).
+  // What the first signal does; idempotent (a second call does not exit: the owner counts
+  // signals).
   void begin_drain();
   int wait();  // blocks until drained (0) or load failed (1); shuts the engine down
 
