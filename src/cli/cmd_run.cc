@@ -171,12 +171,21 @@ int cmd_run(int argc, char** argv) {
   // The same setting as `ember serve --max-tokens` (its default and EMBER_MAX_TOKENS).
   add_setting(app, serve_settings_table(), "max-tokens", o.n_predict, "-n,--n-predict,--max-tokens",
               "most tokens generated per answer (the context bounds every answer)");
+  // The sampling options' ranges are checked here, where they are read: the engine trusts them.
   app.add_option("--temp", o.sampling.temperature, "temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--top-k", o.sampling.top_k, "top-k (0: off)")->capture_default_str();
-  app.add_option("--top-p", o.sampling.top_p, "top-p (1: off)")->capture_default_str();
-  app.add_option("--min-p", o.sampling.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--top-k", o.sampling.top_k, "top-k (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--top-p", o.sampling.top_p, "top-p (1: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--min-p", o.sampling.min_p, "min-p (0: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--repeat-penalty", o.sampling.repeat_penalty, "repetition penalty (1: off)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("-s,--seed", o.seed, "sampling seed (-1: random)")->capture_default_str();
   // The engine's own settings: their flags, environment variables, defaults and help.

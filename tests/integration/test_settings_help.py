@@ -1,7 +1,7 @@
 """The options `ember run` and `ember bench` share with `ember serve` come from the same settings
 tables: `--help` shows the same default and the same environment variable for each (serve's
 --help is bound from the tables; tests/cli/settings_cli_test.cc checks that side), and each is
-read from its variable."""
+read from its variable. `ember run` checks its sampling options' ranges where it reads them."""
 import os
 import re
 import subprocess
@@ -61,3 +61,13 @@ def test_run_and_bench_read_the_shared_variables(ember):
     r = subprocess.run([ember, "run", "-p", "hi"], env=dict(os.environ, EMBER_CTX_SIZE="nope"),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "ctx-size" in r.stderr.lower(), r.stderr
+
+
+@pytest.mark.parametrize("flag,value", [("--temp", "-1"), ("--top-p", "1.5"), ("--min-p", "-0.1"),
+                                        ("--top-k", "-2"), ("--repeat-penalty", "0")])
+def test_run_refuses_sampling_options_out_of_range_before_loading(ember, flag, value):
+    r = subprocess.run([ember, "run", "-m", "/nonexistent.gguf", "-p", "hi", f"{flag}={value}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert flag in r.stderr, r.stderr
+    assert "nonexistent" not in r.stderr, "the options are checked before the model is opened"
