@@ -49,9 +49,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
+// --model, --threads, --simd-level and --kv-type are the engine's settings: their defaults are
+// the table's (add_setting), not declared here.
 struct BenchOptions {
-  std::string model = "default";
-  int32_t threads = 0;
+  std::string model;
+  int32_t threads{};
   int32_t prompt_tokens = 512;
   int32_t decode_tokens = 128;
   int32_t depth = 0;  // the batch-1 decode follows a prompt of this many tokens (llama-bench -d)
@@ -66,7 +68,7 @@ struct BenchOptions {
   std::string simd_level;  // empty: the best this CPU has
   std::string kv_lengths;  // non-empty: only report KV bytes per sequence (cli/bench_kv.h)
   int32_t kv_measure_up_to = 4096;
-  std::string kv_type = "f16";  // model::kv_type_name
+  std::string kv_type;  // model::kv_type_name
 };
 
 double ms_since(Clock::time_point t0, Clock::time_point t1) {
@@ -560,12 +562,10 @@ int run(const BenchOptions& o) {
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Measure prefill, decode and batched decode of a model on this host", "ember bench"};
   BenchOptions o;
-  app.add_option("-m,--model", o.model, "GGUF file, or 'default'")
-      ->envname("EMBER_MODEL")
-      ->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "compute threads (0: all cores)")
-      ->envname("EMBER_THREADS")
-      ->capture_default_str();
+  // The engine's own settings: their flags, environment variables, defaults and help.
+  const auto& engine_table = worker::engine_settings_table();
+  add_setting(app, engine_table, "model", o.model);
+  add_setting(app, engine_table, "threads", o.threads);
   app.add_option("-p,--prompt-tokens", o.prompt_tokens, "prefill prompt length (0: skip)")
       ->check(CLI::Range(0, 32768))
       ->capture_default_str();
@@ -588,8 +588,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--json", o.json, "one line of JSON");
   app.add_flag("--mmap-weights", o.mmap_weights,
                "stream weights from the file mapping instead of huge-page copies (A/B)");
-  // The engine's own setting: its flag, EMBER_SIMD_LEVEL, and its help.
-  add_setting(app, worker::engine_settings_table(), "simd-level", o.simd_level);
+  add_setting(app, engine_table, "simd-level", o.simd_level);
   app.add_flag("--no-bandwidth", o.no_bandwidth, "skip the read-bandwidth probe");
   app.add_flag("--pool-timing", o.pool_timing,
                "also time the compute pool's hand-offs at batch-1 decode and at each -c "
@@ -597,9 +596,7 @@ int cmd_bench(int argc, char** argv) {
                "jobs, waiting for the other threads, and working alone between jobs (reads the "
                "clock at every job; not with -d)");
   app.add_flag("--bandwidth-only", o.bandwidth_only, "measure the read bandwidth and stop");
-  app.add_option("--kv-type", o.kv_type, "KV cache type: f16 or f32")
-      ->check(CLI::IsMember({"f16", "f32"}))
-      ->capture_default_str();
+  add_setting(app, engine_table, "kv-type", o.kv_type);
   app.add_option("--kv-lengths", o.kv_lengths,
                  "comma-separated context lengths: report KV bytes per sequence at each (vs "
                  "full history and llama.cpp's SWA cache) and stop");

@@ -27,22 +27,16 @@ namespace ember::cli {
 
 namespace {
 
+// No defaults of its own: shared options take theirs from the settings tables (add_setting),
+// the sampling options from engine::SamplingParams.
 struct RunOptions {
-  std::string model = "default";
   std::string prompt;
-  int32_t n_predict = 0;  // from serve's --max-tokens (add_setting)
-  float temperature = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int64_t seed = -1;
-  int32_t threads = 0;
-  int32_t ctx_size = 0;
-  std::string kv_type = "f16";
-  std::string simd_level;  // empty: the best this CPU has
+  int32_t n_predict{};  // serve's --max-tokens
+  engine::SamplingParams sampling;
+  int64_t seed = -1;  // -1: a fresh seed per run (SamplingParams' constant default is for tests)
+  worker::EngineSettings engine;  // --model, --threads, --ctx-size, --kv-type, --simd-level
   bool chat = false;
-  std::string system = text::kDefaultSystemPrompt;
+  std::string system;  // serve's --system-prompt
 };
 
 struct Loaded {
@@ -54,15 +48,15 @@ struct Loaded {
 // The same text path as `ember serve` (text/text_codec.h): template, default system prompt,
 // prompt encoding and end-of-generation ids are decided there once.
 Result<Loaded> load(const RunOptions& o) {
-  EMBER_TRY(std::string path, resolve_model_path(o.model));
+  EMBER_TRY(std::string path, resolve_model_path(o.engine.model));
   EMBER_TRY(gguf::File file, gguf::File::open(path));
   auto shared = std::make_shared<const gguf::File>(std::move(file));
   EMBER_TRY(text::Vocab vocab, text::load_vocab(*shared));
   EMBER_TRY(auto tok, text::Tokenizer::create(std::move(vocab)));
   model::LoadOptions lo;
-  lo.n_threads = o.threads;
-  lo.n_ctx = o.ctx_size;
-  lo.kv_type = model::kv_type_from_name(o.kv_type).value();  // checked by the option
+  lo.n_threads = o.engine.threads;
+  lo.n_ctx = o.engine.ctx_size;
+  lo.kv_type = model::kv_type_from_name(o.engine.kv_type).value();  // checked by the option
   lo.copy_weights_in_background = true;  // the first answer need not wait for the copy
   EMBER_TRY(auto backend, model::load_cpu_model(shared, lo));
   EMBER_TRY(auto codec,
@@ -88,11 +82,7 @@ Result<Outcome> generate(Loaded& m, const std::vector<int32_t>& prompt, const Ru
   engine::GenerateRequest req;
   req.prompt = prompt;
   req.max_tokens = o.n_predict;
-  req.sampling.temperature = o.temperature;
-  req.sampling.top_k = o.top_k;
-  req.sampling.top_p = o.top_p;
-  req.sampling.min_p = o.min_p;
-  req.sampling.repeat_penalty = o.repeat_penalty;
+  req.sampling = o.sampling;
   req.sampling.seed = seed;
   req.sampling.logprobs = false;  // ember run prints text only
   req.cancel = engine::CancelToken::make();
@@ -223,34 +213,39 @@ int run_chat(Loaded& m, ChatInterrupts& interrupts, const RunOptions& o, uint64_
 int cmd_run(int argc, char** argv) {
   CLI::App app{"Generate text in this process", "ember run"};
   RunOptions o;
-  app.add_option("-m,--model", o.model, "GGUF file, or a model name (ember models lists them)")
-      ->envname("EMBER_MODEL")
-      ->capture_default_str();
+  const auto& engine_table = worker::engine_settings_table();
+  add_setting(app, engine_table, "model", o.engine.model, "",
+              "GGUF file, or a model name (ember models lists them)");
   app.add_option("-p,--prompt", o.prompt, "prompt text");
   // The same setting as `ember serve --max-tokens` (its default and EMBER_MAX_TOKENS).
   add_setting(app, serve_settings_table(), "max-tokens", o.n_predict, "-n,--n-predict,--max-tokens",
               "most tokens generated per answer (the context bounds every answer)");
-  app.add_option("--temp", o.temperature, "temperature (0: greedy)")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "top-k (0: off)")->capture_default_str();
-  app.add_option("--top-p", o.top_p, "top-p (1: off)")->capture_default_str();
-  app.add_option("--min-p", o.min_p, "min-p (0: off)")->capture_default_str();
-  app.add_option("--repeat-penalty", o.repeat_penalty, "repetition penalty (1: off)")
+  // The sampling options' ranges are checked here, where they are read: the engine trusts them.
+  app.add_option("--temp", o.sampling.temperature, "temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--top-k", o.sampling.top_k, "top-k (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--top-p", o.sampling.top_p, "top-p (1: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--min-p", o.sampling.min_p, "min-p (0: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--repeat-penalty", o.sampling.repeat_penalty, "repetition penalty (1: off)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("-s,--seed", o.seed, "sampling seed (-1: random)")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "compute threads (0: all cores)")
-      ->envname("EMBER_THREADS")
-      ->capture_default_str();
-  app.add_option("-c,--ctx-size", o.ctx_size, "context size (0: min(model's, 4096))")
-      ->capture_default_str();
-  app.add_option("--kv-type", o.kv_type, "KV cache type: f16 (half the memory) or f32")
-      ->envname("EMBER_KV_TYPE")
-      ->check(CLI::IsMember({"f16", "f32"}))
-      ->capture_default_str();
-  // The engine's own setting: its flag, EMBER_SIMD_LEVEL, and its help.
-  add_setting(app, worker::engine_settings_table(), "simd-level", o.simd_level);
+  // The engine's own settings: their flags, environment variables, defaults and help.
+  add_setting(app, engine_table, "threads", o.engine.threads);
+  add_setting(app, engine_table, "ctx-size", o.engine.ctx_size);
+  add_setting(app, engine_table, "kv-type", o.engine.kv_type);
+  add_setting(app, engine_table, "simd-level", o.engine.simd_level);
   app.add_flag("--chat", o.chat, "interactive chat: user turns are read line by line from stdin");
-  app.add_option("--system", o.system, "system prompt for --chat (\"\": none)")
-      ->capture_default_str();
+  // `ember serve --system-prompt` under run's own spelling.
+  add_setting(app, serve_settings_table(), "system-prompt", o.system, "--system",
+              "system prompt for --chat (\"\": none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -261,7 +256,7 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   // Before the load: the weights are copied into the selected level's layout.
-  if (auto st = tensor::select_simd_level(o.simd_level); !st) {
+  if (auto st = tensor::select_simd_level(o.engine.simd_level); !st) {
     std::fprintf(stderr, "ember run: %s\n", st.message().c_str());
     return 2;
   }

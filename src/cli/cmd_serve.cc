@@ -46,10 +46,6 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
-Ms ms(double seconds) {
-  return Ms(static_cast<int64_t>(seconds * 1000));
-}
-
 // The engine client, reachable from the signal thread before and after the server has it.
 struct EngineHolder {
   std::mutex mu;
@@ -82,10 +78,7 @@ Result<std::shared_ptr<worker::EngineClient>> start_engine(const ServeSettings& 
   for (const auto& f : o.test_worker_flags) so.argv.push_back(f);
   so.settings = worker::engine_settings_table().dump(es);
   so.eog_tokens = eog;
-  so.ladder.eof_wait = ms(o.engine_drain_s);
-  so.ladder.term_wait = ms(o.engine_term_wait_s);
-  so.backoff_initial = ms(o.restart_backoff_s);
-  so.event_queue_capacity = es.event_queue_capacity;
+  set_supervision(o, so);
   auto c = worker::SubprocessEngineClient::start(std::move(so));
   holder.set(c);
   EMBER_TRY(auto info, c->wait_first_load(std::chrono::hours(1)));
@@ -133,7 +126,6 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over the OpenAI-compatible HTTP API", "ember serve"};
   ServeSettings o;
   worker::EngineSettings es;
-  es.model = "default";
   bind_settings(app, worker::engine_settings_table(), es);
   bind_settings(app, serve_settings_table(), o);
   try {
@@ -188,27 +180,7 @@ int cmd_serve(int argc, char** argv) {
   }
   process::SdNotifier notifier(o.notify_socket);
 
-  server::ServerOptions so;
-  so.host = o.host;
-  so.port = static_cast<uint16_t>(o.port);
-  so.io_threads = o.io_threads;
-  so.api_key = o.api_key;
-  so.admin_key = o.admin_key;
-  so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
-  so.header_timeout = ms(o.header_timeout_s);
-  so.body_timeout = ms(o.body_timeout_s);
-  so.write_timeout = ms(o.write_timeout_s);
-  so.send_buffer_bytes = static_cast<size_t>(o.send_buffer_bytes);
-  so.cors_origins = o.cors_origins;
-  so.default_max_tokens = o.max_tokens;
-  so.web_ui = !o.no_web_ui;
-  so.drain_timeout = ms(o.drain_timeout_s);
-  so.cutoff_grace = ms(o.cutoff_grace_s);
-  so.stall_limit = ms(o.stall_limit_s);
-  so.reuse_port = o.reuse_port;
-  so.handover = ms(o.handover_s);
-  so.test_accept_delay = ms(o.test_accept_delay_s);
-  so.handle_signals = false;  // the signal thread below
+  const server::ServerOptions so = server_options(o);
   server::Server srv(so);
   auto port = srv.listen();
   if (!port) {

@@ -1,6 +1,13 @@
 #include "cli/serve_settings.h"
 
 namespace ember::cli {
+namespace {
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace
 
 const settings::Table<ServeSettings>& serve_settings_table() {
   static const auto table = [] {
@@ -102,6 +109,40 @@ const settings::Table<ServeSettings>& serve_settings_table() {
     return t;
   }();
   return table;
+}
+
+}  // namespace ember::cli
+
+namespace ember::cli {
+
+server::ServerOptions server_options(const ServeSettings& s) {
+  server::ServerOptions so;
+  so.host = s.host;
+  so.port = static_cast<uint16_t>(s.port);
+  so.io_threads = s.io_threads;
+  so.api_key = s.api_key;
+  so.admin_key = s.admin_key;
+  so.max_body_bytes = static_cast<size_t>(s.max_body_bytes);
+  so.header_timeout = ms(s.header_timeout_s);
+  so.body_timeout = ms(s.body_timeout_s);
+  so.write_timeout = ms(s.write_timeout_s);
+  so.send_buffer_bytes = static_cast<size_t>(s.send_buffer_bytes);
+  so.cors_origins = s.cors_origins;
+  so.default_max_tokens = s.max_tokens;
+  so.web_ui = !s.no_web_ui;
+  so.drain_timeout = ms(s.drain_timeout_s);
+  so.cutoff_grace = ms(s.cutoff_grace_s);
+  so.stall_limit = ms(s.stall_limit_s);
+  so.reuse_port = s.reuse_port;
+  so.handover = ms(s.handover_s);
+  so.test_accept_delay = ms(s.test_accept_delay_s);
+  return so;
+}
+
+void set_supervision(const ServeSettings& s, worker::SubprocessOptions& so) {
+  so.ladder.eof_wait = ms(s.engine_drain_s);
+  so.ladder.term_wait = ms(s.engine_term_wait_s);
+  so.backoff_initial = ms(s.restart_backoff_s);
 }
 
 }  // namespace ember::cli

@@ -1,6 +1,8 @@
 // `ember serve`'s own process settings (the front: HTTP, drain, supervision of the worker),
-// declared once in serve_settings_table(). The engine's settings are worker::EngineSettings,
-// with their own table; `ember serve` offers both sets of flags.
+// declared once in serve_settings_table(): the struct's initializers are the only defaults.
+// The engine's settings are worker::EngineSettings, with their own table; `ember serve` offers
+// both sets of flags. server_options() and supervision() turn the settings into the options of
+// the layers below, which declare no defaults of their own for them.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,9 @@
 #include <vector>
 
 #include "base/settings.h"
+#include "server/server.h"
 #include "text/text_codec.h"
+#include "worker/subprocess_client.h"
 
 namespace ember::cli {
 
@@ -47,5 +51,12 @@ struct ServeSettings {
 };
 
 const settings::Table<ServeSettings>& serve_settings_table();
+
+// The HTTP server's options: every field from `s`.
+server::ServerOptions server_options(const ServeSettings& s);
+
+// The engine worker's supervision (the stop ladder's windows, the restart backoff) from `s`;
+// the other fields of `so` are left as they are.
+void set_supervision(const ServeSettings& s, worker::SubprocessOptions& so);
 
 }  // namespace ember::cli

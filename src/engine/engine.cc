@@ -373,21 +373,8 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
                fmt::format("max_tokens must be at least 1 (got {})", g.max_tokens));
   }
   const SamplingParams& s = g.sampling;
-  if (!(s.temperature >= 0.f)) {
-    return bad(K::InvalidRequest, fmt::format("temperature must be >= 0 (got {})", s.temperature));
-  }
-  if (s.top_k < 0)
-    return bad(K::InvalidRequest, fmt::format("top_k must be >= 0 (got {})", s.top_k));
-  if (!(s.top_p >= 0.f && s.top_p <= 1.f)) {  // 0: only the most likely token survives
-    return bad(K::InvalidRequest, fmt::format("top_p must be in [0, 1] (got {})", s.top_p));
-  }
-  if (!(s.min_p >= 0.f && s.min_p <= 1.f)) {
-    return bad(K::InvalidRequest, fmt::format("min_p must be in [0, 1] (got {})", s.min_p));
-  }
-  if (!(s.repeat_penalty > 0.f)) {
-    return bad(K::InvalidRequest,
-               fmt::format("repeat_penalty must be > 0 (got {})", s.repeat_penalty));
-  }
+  // The ranges are checked where the values come in (request.h): a bug if they arrive wrong.
+  EMBER_ASSERT(sampling_in_range(s));
   for (const auto& [id, bias] : s.logit_bias) {
     if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
       return bad(K::InvalidRequest,
@@ -400,10 +387,6 @@ std::optional<SubmitError> Engine::Impl::validate(const GenerateRequest& g) cons
   if (g.n > opts.max_sequences) {
     return bad(K::InvalidRequest, fmt::format("n is {}, but at most {} sequences run at once", g.n,
                                               opts.max_sequences));
-  }
-  if (s.top_logprobs < 0 || s.top_logprobs > 20) {
-    return bad(K::InvalidRequest,
-               fmt::format("top_logprobs must be in 0..20 (got {})", s.top_logprobs));
   }
   return std::nullopt;
 }

@@ -86,6 +86,9 @@ struct GenHooks {
   std::function<void(uint64_t id, int32_t step)> on_before_decode_step;
 };
 
+// The defaults below are the engine settings table's (worker/engine_settings.h), for engines
+// built without settings; tests/worker/engine_settings_test.cc asserts they stay equal.
+// prefix_cache_bytes and warm are off here (the table's --kv-cache-bytes is on for a server).
 struct EngineOptions {
   int32_t max_sequences = 8;            // active (prefilling or decoding) at once
   int32_t max_queued = 64;              // waiting for admission; beyond: overloaded

@@ -40,6 +40,16 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
+// The ranges the engine samples with. The one owner of each check is where the values come in
+// (the HTTP front, server/openai_request.cc, with the API's own narrower ranges; `ember run` on
+// its flags): the engine trusts them and only asserts this. Which logit_bias ids exist depends
+// on the model: that check is the engine's (SubmitError::InvalidRequest).
+inline bool sampling_in_range(const SamplingParams& s) {
+  return s.temperature >= 0.f && s.top_k >= 0 && s.top_p >= 0.f && s.top_p <= 1.f &&
+         s.min_p >= 0.f && s.min_p <= 1.f && s.repeat_penalty > 0.f && s.top_logprobs >= 0 &&
+         s.top_logprobs <= 20;
+}
+
 // Which tokens may come next, for grammar-constrained decoding (structured output, forced tool
 // calls). Built outside the engine (text/ compiles a grammar against the vocabulary); the engine
 // only asks it to mask a row of logits before sampling and tells it which token was kept. One

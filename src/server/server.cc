@@ -1,13 +1,8 @@
 #include "server/server.h"
 
-#include <fcntl.h>
 #include <linux/filter.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <csignal>
-#include <cstdio>
-#include <cstring>
 #include <future>
 
 #include "base/log.h"
@@ -16,32 +11,6 @@
 namespace ember::server {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// SIGINT/SIGTERM go through a plain sigaction handler, not the io_context: a second signal must
-// exit at every moment of the process's life — also while the io_context is stopped (engine
-// join) or busy, and while the model loads. The handler only touches atomics, write(2) and
-// _exit(2). The first signal is forwarded through a self-pipe to the control strand (the drain).
-std::atomic<int> g_signal_pipe{-1};      // write end; -1: no Server handles signals
-std::atomic<int> g_signals{0};           // signals received
-std::atomic<bool> g_stopping{false};     // a drain or stop began: the next signal exits now
-struct sigaction g_old_int, g_old_term;  // restored when the Server is destroyed
-
-extern "C" void ember_on_stop_signal(int signo) {
-  const int n = g_signals.fetch_add(1) + 1;
-  if (n >= 2 || g_stopping.load()) {
-    const char* msg = signo == SIGINT ? "ember: second signal (SIGINT): exiting now\n"
-                                      : "ember: second signal (SIGTERM): exiting now\n";
-    (void)!::write(STDERR_FILENO, msg, std::strlen(msg));
-    ::_exit(signo == SIGINT ? 130 : 128 + signo);
-  }
-  const int fd = g_signal_pipe.load();
-  const auto b = static_cast<unsigned char>(signo);
-  if (fd >= 0) (void)!::write(fd, &b, 1);
-}
-
-}  // namespace
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
   // Every byte of the longer string is visited whatever the contents: no early exit.
@@ -63,22 +32,13 @@ Server::Impl::Impl(ServerOptions o)
       drain(opts.drain_timeout, opts.cutoff_grace) {}
 
 Server::Impl::~Impl() {
-  if (signal_pipe[0] >= 0) {
-    ::sigaction(SIGINT, &g_old_int, nullptr);
-    ::sigaction(SIGTERM, &g_old_term, nullptr);
-    g_signal_pipe.store(-1);
-  }
   work.reset();
   ioc->stop();
   for (auto& t : threads) {
     if (t.joinable()) t.join();
   }
-  signal_reader.reset();
   acceptor.reset();
   control.reset();
-  for (int fd : signal_pipe) {
-    if (fd >= 0) ::close(fd);
-  }
   // Destroys pending coroutine frames while everything they reference is still alive.
   ioc.reset();
 }
@@ -97,19 +57,7 @@ bool Server::Impl::engine_healthy() {
   return progress.observe(Clock::now(), st.steps, int64_t{st.queued} + st.active);
 }
 
-void Server::Impl::on_signal(int signo) {
-  if (drain.on_signal(Clock::now()) == DrainController::SignalAction::ExitNow) {
-    std::fprintf(stderr, "ember: second signal (%s): exiting now\n",
-                 signo == SIGINT ? "SIGINT" : "SIGTERM");
-    std::fflush(stderr);
-    std::fflush(stdout);
-    std::_Exit(signo == SIGINT ? 130 : 128 + signo);
-  }
-  start_drain();
-}
-
 void Server::Impl::start_drain() {
-  g_stopping = true;  // from now on a signal exits at once
   is_draining = true;
   drain_in_flight = in_flight.load();
   log::info("ember: draining: {} request(s) in flight, deadline in {} ms", in_flight.load(),
@@ -361,28 +309,6 @@ void Server::start() {
   Impl& s = *impl_;
   EMBER_ASSERT(s.acceptor && s.acceptor->is_open());
   s.work.emplace(s.ioc->get_executor());
-  if (s.opts.handle_signals && ::pipe2(s.signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
-    g_signals = 0;
-    g_stopping = false;
-    g_signal_pipe = s.signal_pipe[1];
-    struct sigaction sa {};
-    sa.sa_handler = ember_on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // the handler itself exits on the second signal
-    ::sigaction(SIGINT, &sa, &g_old_int);
-    ::sigaction(SIGTERM, &sa, &g_old_term);
-    s.signal_reader.emplace(*s.control, s.signal_pipe[0]);
-    auto arm = std::make_shared<std::function<void()>>();
-    *arm = [&s, arm] {
-      s.signal_reader->async_read_some(asio::buffer(&s.signal_byte, 1),
-                                       [&s, arm](const boost::system::error_code& ec, size_t n) {
-                                         if (ec || n != 1) return;
-                                         s.on_signal(s.signal_byte);
-                                         (*arm)();
-                                       });
-    };
-    (*arm)();
-  }
   if (s.listening) asio::co_spawn(*s.control, s.accept_loop(), asio::detached);
   for (int i = 0; i < std::max(1, s.opts.io_threads); ++i) {
     s.threads.emplace_back([&s] { s.ioc->run(); });
@@ -444,11 +370,9 @@ int Server::wait() {
     s.done_cv.wait(lock, [&] { return s.exit_code.has_value(); });
     code = *s.exit_code;
   }
-  g_stopping = true;  // the signal handler stays: a signal from here on exits at once
   asio::post(*s.control, [&s] {
     boost::system::error_code ec;
     if (s.acceptor) s.acceptor->close(ec);
-    if (s.signal_reader) s.signal_reader->cancel(ec);
   });
   if (auto m = s.current_model()) m->engine->shutdown();
   s.is_ready = false;

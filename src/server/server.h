@@ -5,10 +5,9 @@
 //
 // Lifecycle: listen() binds (port 0: ephemeral) and start() serves at once — before the model
 // is loaded (/health says "loading", completions answer 503) — then set_model() makes it ready.
-// SIGINT/SIGTERM start the drain (DrainController); a second signal exits at once. With
-// handle_signals off (ember serve), the owner handles signals through a self-pipe thread that
-// outlives the IO threads, and calls begin_drain(). POST /admin/shutdown (with --admin-key)
-// begins the same drain.
+// The server installs no signal handler: its owner (ember serve) handles SIGINT/SIGTERM on a
+// self-pipe thread that outlives the IO threads and calls begin_drain(); a second signal is
+// the owner's to act on. POST /admin/shutdown (with --admin-key) begins the same drain.
 // wait() returns the exit code once the drain is complete and the engine has shut down.
 //
 // Threading: IO threads never block on the engine. The engine's EventStream waker posts to the
@@ -29,42 +28,43 @@
 
 namespace ember::server {
 
+// No defaults here: `ember serve` fills every field from its settings table
+// (cli/serve_settings.h, server_options()), the one place a default lives.
 struct ServerOptions {
-  std::string host = "127.0.0.1";
-  uint16_t port = 8080;
-  int io_threads = 2;
+  std::string host;
+  uint16_t port{};
+  int io_threads{};
   std::string api_key;    // empty: no auth
   std::string admin_key;  // empty: no POST /admin/shutdown
-  size_t max_body_bytes = 4 << 20;
-  std::chrono::milliseconds header_timeout{10'000};  // whole request head, from the first byte
-  std::chrono::milliseconds body_timeout{30'000};    // whole body
+  size_t max_body_bytes{};
+  std::chrono::milliseconds header_timeout{};  // whole request head, from the first byte
+  std::chrono::milliseconds body_timeout{};    // whole body
   // Each write of an answer (a response, an SSE event); past it the client is a slow consumer:
   // the request is cancelled and the connection closed.
-  std::chrono::milliseconds write_timeout{30'000};
+  std::chrono::milliseconds write_timeout{};
   // SO_SNDBUF of each connection (--send-buffer); 0: the kernel's, which on Linux grows with
   // the connection up to net.ipv4.tcp_wmem's maximum (4 MiB by default). A client that stops
   // reading is seen only once that buffer is full: every token written into it was generated
   // for nobody (about 1,800 tokens of an SSE stream with logprobs at 4 MiB).
-  size_t send_buffer_bytes = 0;
-  std::chrono::milliseconds drain_timeout{30'000};
-  std::chrono::milliseconds cutoff_grace{5'000};  // for honest endings after the deadline
-  std::chrono::milliseconds stall_limit{60'000};  // liveness: steps still with work pending
-  bool handle_signals = true;                     // ember serve: false (its signal thread drains)
+  size_t send_buffer_bytes{};
+  std::chrono::milliseconds drain_timeout{};
+  std::chrono::milliseconds cutoff_grace{};  // for honest endings after the deadline
+  std::chrono::milliseconds stall_limit{};   // liveness: steps still with work pending
   // Origins browsers may call from (CORS); empty: none; "*": any.
   std::vector<std::string> cors_origins;
-  int32_t default_max_tokens = 4096;  // for a request that sets no max_tokens (--max-tokens)
-  bool web_ui = true;                 // the chat page at / (--no-web-ui: off)
+  int32_t default_max_tokens{};  // for a request that sets no max_tokens (--max-tokens)
+  bool web_ui{};                 // the chat page at / (--no-web-ui: off)
   // --reuse-port (SO_REUSEPORT): a successor can bind the same port while this server drains
   // (`ember restart`). The listener opens only once the model is loaded (so the kernel never
   // hands a connection to a server that is still loading); at drain new connections are
   // steered to the other listener on the port, the ones already queued here are taken and
   // served during `handover`, then the listener closes.
-  bool reuse_port = false;
-  std::chrono::milliseconds handover{1'000};
+  bool reuse_port{};
+  std::chrono::milliseconds handover{};
   // Test only (`--test-accept-delay`): the accept loop waits this long between taking a
   // connection and registering it, logging "test: accepted a connection from port P", so that a
   // test can drain the server while an accepted connection is not yet registered.
-  std::chrono::milliseconds test_accept_delay{0};
+  std::chrono::milliseconds test_accept_delay{};
 };
 
 struct ServedModel {
@@ -89,11 +89,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   Result<uint16_t> listen();  // the bound port
-  void start();               // IO threads, signals, accept loop
+  void start();               // IO threads, accept loop
   void set_model(std::shared_ptr<ServedModel> model);
   void set_load_failed(std::string message);  // wait() then returns 1
-  // What the first signal does; idempotent (a second call does not exit: signals are counted
-  // by whoever handles them — the server itself with handle_signals, else its owner).
+  // What the first signal does; idempotent (a second call does not exit: the owner counts
+  // signals).
   void begin_drain();
   int wait();  // blocks until drained (0) or load failed (1); shuts the engine down
 

@@ -49,14 +49,10 @@ struct Server::Impl {
   std::unique_ptr<asio::io_context> ioc;
   ServerOptions opts;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  // signals, drain loop, acceptor; optional so ~Impl can drop it before the io_context (a
+  // drain loop, acceptor; optional so ~Impl can drop it before the io_context (a
   // strand outliving its io_context locks a destroyed mutex: found by TSan)
   std::optional<asio::strand<asio::io_context::executor_type>> control;
   std::optional<tcp::acceptor> acceptor;
-  // SIGINT/SIGTERM: a sigaction handler writes the signal number to signal_pipe (server.cc)
-  std::optional<asio::posix::stream_descriptor> signal_reader;
-  int signal_pipe[2] = {-1, -1};
-  unsigned char signal_byte = 0;
   std::vector<std::thread> threads;
   // Compiles output constraints for an engine in this process, off the I/O threads
   // (generation.cc); after `ioc`, so it is joined before the io_context goes.
@@ -96,9 +92,8 @@ struct Server::Impl {
     return model;
   }
   void finish(int code);
-  void on_signal(int signo);  // control strand
-  void start_drain();         // control strand
-  void request_drain();       // any thread: begin the drain unless it has begun (idempotent)
+  void start_drain();    // control strand
+  void request_drain();  // any thread: begin the drain unless it has begun (idempotent)
   asio::awaitable<void> accept_loop();
   // Pause bounds after a failed accept: doubles from the first to the second while accepts
   // keep failing; a closed connection ends a pause early (on_connection_closed).

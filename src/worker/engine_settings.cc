@@ -50,6 +50,18 @@ const settings::Table<EngineSettings>& engine_settings_table() {
   return table;
 }
 
+engine::EngineOptions engine_options(const EngineSettings& s) {
+  engine::EngineOptions o;
+  o.max_sequences = s.max_sequences;
+  o.max_queued = s.max_queued;
+  o.prefill_chunk = s.prefill_chunk;
+  o.event_queue_capacity = s.event_queue_capacity;
+  o.prefix_cache_bytes = s.kv_cache_bytes;
+  o.warm.dir = s.warm_cache_dir;
+  o.warm.max_bytes = s.warm_cache_bytes;
+  return o;
+}
+
 Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog_tokens) {
   // Before the load: the weights are copied into the layout the active level's kernels read.
   EMBER_TRY_STATUS(tensor::select_simd_level(s.simd_level));
@@ -69,14 +81,8 @@ Result<LoadedModel> load_model(const EngineSettings& s, std::vector<int32_t> eog
   m.info.name = backend->config().name;
   m.info.n_ctx = backend->n_ctx();
   m.backend = std::shared_ptr<model::Backend>(std::move(backend));
-  m.options.max_sequences = s.max_sequences;
-  m.options.max_queued = s.max_queued;
-  m.options.prefill_chunk = s.prefill_chunk;
-  m.options.event_queue_capacity = s.event_queue_capacity;
+  m.options = engine_options(s);
   m.options.eog_tokens = std::move(eog_tokens);
-  m.options.prefix_cache_bytes = s.kv_cache_bytes;
-  m.options.warm.dir = s.warm_cache_dir;
-  m.options.warm.max_bytes = s.warm_cache_bytes;
   return m;
 }
 

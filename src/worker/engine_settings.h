@@ -1,7 +1,9 @@
 // The engine's process settings: shared by `ember serve` (in-process, or passed
 // to the worker in the protocol's Configure frame) and `ember engine` (the worker); `ember run`
-// and `ember bench` declare their own. Loading a model with them gives a LoadedModel: the
-// backend, the engine options and what the front needs to know about the model.
+// and `ember bench` take the ones they offer from the same table (cli/settings_cli.h,
+// add_setting). The struct's initializers are the only defaults. Loading a model with them
+// gives a LoadedModel: the backend, the engine options and what the front needs to know about
+// the model.
 // See docs/architecture.md, "Settings".
 #pragma once
 
@@ -35,6 +37,11 @@ struct EngineSettings {
 
 // The table; `ember serve` adds these flags to its own (cli/settings_cli.h).
 const settings::Table<EngineSettings>& engine_settings_table();
+
+// The engine's options from `s` (eog_tokens left empty). engine::EngineOptions' own
+// initializers, for engines built without settings (tests, `ember run`, `ember bench`), equal
+// these for EngineSettings{} (tests/worker/engine_settings_test.cc).
+engine::EngineOptions engine_options(const EngineSettings& s);
 
 struct LoadedModel {
   std::shared_ptr<model::Backend> backend;

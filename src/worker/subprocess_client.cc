@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "engine/event_stream.h"
+#include "worker/engine_settings.h"
 
 namespace ember::worker {
 namespace {
@@ -43,9 +44,18 @@ DoneEvent ended(FinishReason reason, CancelCause cause, std::string message, boo
   return d;
 }
 
+int32_t event_queue_capacity_of(const std::vector<std::pair<std::string, std::string>>& kv) {
+  EngineSettings s;
+  // Settings the table refuses are the worker's to report (it refuses to configure).
+  if (auto st = engine_settings_table().apply(s, kv); !st)
+    return EngineSettings{}.event_queue_capacity;
+  return s.event_queue_capacity;
+}
+
 }  // namespace
 
-SubprocessEngineClient::SubprocessEngineClient(SubprocessOptions opts) : opts_(std::move(opts)) {}
+SubprocessEngineClient::SubprocessEngineClient(SubprocessOptions opts)
+    : opts_(std::move(opts)), event_queue_capacity_(event_queue_capacity_of(opts_.settings)) {}
 
 std::shared_ptr<SubprocessEngineClient> SubprocessEngineClient::start(SubprocessOptions opts) {
   std::shared_ptr<SubprocessEngineClient> c(new SubprocessEngineClient(std::move(opts)));
@@ -314,7 +324,7 @@ SubmitResult SubprocessEngineClient::submit(GenerateRequest req) {
     id = next_id_;
     next_id_ += static_cast<uint64_t>(n);
     for (int32_t i = 0; i < n; ++i) {
-      auto ch = std::make_shared<engine::EventChannel>(id + i, opts_.event_queue_capacity);
+      auto ch = std::make_shared<engine::EventChannel>(id + i, event_queue_capacity_);
       Live l;
       l.ch = ch;
       l.base = id;

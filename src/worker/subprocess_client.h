@@ -46,7 +46,8 @@ struct SubprocessOptions {
   std::chrono::milliseconds backoff_max{10'000};
   std::chrono::milliseconds stable_after{60'000};  // a worker up this long resets the backoff
   std::chrono::milliseconds submit_timeout{10'000};
-  int32_t event_queue_capacity = 1024;
+  // The per-request event queue's capacity is the engine's --event-queue-capacity, read from
+  // `settings` (the table's default when they leave it out), as the worker reads it.
 };
 
 class SubprocessEngineClient final : public EngineClient,
@@ -97,6 +98,7 @@ class SubprocessEngineClient final : public EngineClient,
   bool send(const std::vector<uint8_t>& frame);
 
   const SubprocessOptions opts_;
+  const int32_t event_queue_capacity_;  // from opts_.settings
   mutable std::mutex mu_;
   std::condition_variable cv_;
   State state_ = State::Starting;

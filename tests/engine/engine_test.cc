@@ -104,12 +104,32 @@ TEST(Engine, empty_prompt_and_bad_parameters_are_invalid_requests) {
   r = e.submit(greedy_request({1}, 0));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error->message.find("max_tokens"), std::string::npos);
+}
 
-  GenerateRequest bad = greedy_request({1}, 4);
+// The sampling ranges have one owner, where the values come in (the HTTP front, `ember run`'s
+// options); the engine trusts them, so a value out of range is a bug it asserts.
+TEST(EngineDeathTest, sampling_out_of_range_is_asserted_not_revalidated) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GenerateRequest ok = greedy_request({1}, 4);
+  ASSERT_TRUE(sampling_in_range(ok.sampling));
+  GenerateRequest bad = ok;
   bad.sampling.top_p = -0.1f;
-  r = e.submit(bad);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error->message.find("top_p"), std::string::npos);
+  EXPECT_FALSE(sampling_in_range(bad.sampling));
+  EXPECT_DEATH(
+      {
+        Engine e(std::make_shared<FakeBackend>(), {});
+        (void)e.submit(bad);
+      },
+      "sampling_in_range");
+  for (auto edit :
+       {+[](SamplingParams& p) { p.temperature = -1.f; }, +[](SamplingParams& p) { p.top_k = -1; },
+        +[](SamplingParams& p) { p.min_p = 1.5f; },
+        +[](SamplingParams& p) { p.repeat_penalty = 0.f; },
+        +[](SamplingParams& p) { p.top_logprobs = 21; }}) {
+    SamplingParams p;
+    edit(p);
+    EXPECT_FALSE(sampling_in_range(p));
+  }
 }
 
 TEST(Engine, max_tokens_is_clipped_to_the_context_and_ends_with_length) {

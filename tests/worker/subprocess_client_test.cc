@@ -135,5 +135,47 @@ TEST(SubprocessClient, a_worker_lost_right_after_accepting_ends_every_choice_ret
   client->shutdown();
 }
 
+// Tokens a stream of request 1 holds unread, with `settings` sent to the worker: each Submit is
+// answered with three tokens and a Done. Request 2 is a barrier: the reader thread handles frames
+// in order, so once request 2 is done every frame of request 1 has been pushed.
+size_t unread_tokens_kept(std::vector<std::pair<std::string, std::string>> settings) {
+  std::vector<uint8_t> replies = proto::encode(proto::Hello{{"llama", "scripted", 64}, 1, {}});
+  const size_t hello = replies.size();
+  size_t chunk = 0;
+  for (uint64_t id : {1, 2}) {
+    const size_t before = replies.size();
+    proto::append(replies, proto::Accepted{id});
+    for (int32_t t = 0; t < 3; ++t)
+      proto::append(replies, proto::Token{id, TokenEvent{t, 0.f, {}}});
+    proto::append(replies, proto::Done{id, DoneEvent{}});
+    chunk = replies.size() - before;
+  }
+  ReplyFile file(replies);
+  SubprocessOptions o;
+  o.argv = {"/usr/bin/python3",   "-c", kScriptedWorker, file.path.string(), std::to_string(hello),
+            std::to_string(chunk)};
+  o.settings = std::move(settings);
+  auto client = SubprocessEngineClient::start(o);
+  EXPECT_TRUE(client->wait_first_load(std::chrono::seconds(30)).ok());
+  GenerateRequest g;
+  g.prompt = {1};
+  g.max_tokens = 3;
+  auto first = client->submit(g);
+  auto barrier = client->submit(g);
+  EXPECT_TRUE(first.ok() && barrier.ok());
+  if (!first.ok() || !barrier.ok()) return 0;
+  while (barrier.stream->next()) {
+  }
+  size_t tokens = 0;
+  while (auto ev = first.stream->next()) tokens += std::holds_alternative<TokenEvent>(*ev);
+  client->shutdown();
+  return tokens;
+}
+
+TEST(SubprocessClient, the_event_queue_capacity_is_the_engine_setting_sent_to_the_worker) {
+  EXPECT_EQ(unread_tokens_kept({}), 3u);  // the table's default (1024) holds them all
+  EXPECT_EQ(unread_tokens_kept({{"event-queue-capacity", "2"}}), 2u);
+}
+
 }  // namespace
 }  // namespace ember::worker
