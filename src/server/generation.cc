@@ -189,7 +189,7 @@ asio::awaitable<bool> run_generation(Server::Impl& s, std::shared_ptr<Conn> c, c
     std::vector<std::string> pieces = writer.take_pieces();
     for (const std::string& piece : pieces) co_await sub.write_piece(piece);
     co_await sub.write_end();
-    keep = req.keep_alive() && sub.writable() && !s.is_draining;
+    keep = sub.writable() && s.keeps_connection(req);
   } else if (!sub.client_gone()) {  // else nobody to answer
     std::optional<Reply> reply = writer.take_reply();
     if (reply) keep = co_await sub.send(req, route, *reply);

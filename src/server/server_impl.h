@@ -110,6 +110,10 @@ struct Server::Impl {
   // After the last request of a drain, how long answers still being written may take.
   static constexpr std::chrono::milliseconds kSessionsGrace{2000};
   bool engine_healthy();  // liveness by progress
+  // Whether the connection stays open after the answer to `req`: the client asks for it and the
+  // server is not draining. The one owner of that decision for every kind of answer; the
+  // session loop also stops at a drain that began while the answer was written.
+  bool keeps_connection(const Request& req) const { return req.keep_alive() && !is_draining; }
   // Accepting completions: loaded, not draining, and the engine (worker) is up.
   bool serving_ready() {
     if (!is_ready || is_draining) return false;

@@ -327,7 +327,7 @@ asio::awaitable<bool> send_reply(Server::Impl& s, Conn& c, const Request& req,
   if (reply.retry_after_s > 0) {
     res.set(http::field::retry_after, std::to_string(reply.retry_after_s));
   }
-  bool keep = req.keep_alive() && !s.is_draining;
+  bool keep = s.keeps_connection(req);
   res.keep_alive(keep);
   if (req.method() != http::verb::head) res.body() = reply.body;
   res.prepare_payload();
