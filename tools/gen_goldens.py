@@ -81,6 +81,8 @@ FIXTURES = {
     "llama_q4_k": ["--arch", "llama", "--type", "Q4_K", "--embd", "256", "--ff", "512", "--ctx", "2048"],
     "llama_q6_k": ["--arch", "llama", "--type", "Q6_K", "--embd", "256", "--ff", "512", "--ctx", "2048"],
     "gemma3_f32": ["--arch", "gemma3", "--type", "F32", "--layers", "6", "--ctx", "2048"],
+    "qwen2_f32": ["--arch", "qwen2", "--type", "F32", "--ctx", "2048"],
+    "qwen2_q8_0_tied": ["--arch", "qwen2", "--type", "Q8_0", "--tied", "--ctx", "2048"],
 }
 
 

@@ -18,7 +18,13 @@
 
 namespace ember::model {
 
-enum class Arch { Llama, Qwen3, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+
+// general.architecture names of the architectures above (the table in model/config.cc);
+// nullopt for any other name.
+std::optional<Arch> arch_from_name(std::string_view name);
+// "llama, qwen2, qwen3, gemma3": what an unsupported-architecture error lists.
+std::string supported_arch_names();
 
 struct ModelConfig {
   Arch arch = Arch::Llama;

@@ -2,6 +2,7 @@
 // architecture rules llama.cpp hard-codes (gemma3's sliding-window pattern and attention scale).
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/backend.h"
@@ -54,21 +55,39 @@ Result<std::vector<uint8_t>> sliding_layers(const gguf::File& f, const std::stri
   return out;
 }
 
+struct ArchName {
+  Arch arch;
+  std::string_view name;
+};
+constexpr ArchName kArchNames[] = {{Arch::Llama, "llama"},
+                                   {Arch::Qwen2, "qwen2"},
+                                   {Arch::Qwen3, "qwen3"},
+                                   {Arch::Gemma3, "gemma3"}};
+
 }  // namespace
+
+std::optional<Arch> arch_from_name(std::string_view name) {
+  for (const ArchName& a : kArchNames) {
+    if (a.name == name) return a.arch;
+  }
+  return std::nullopt;
+}
+
+std::string supported_arch_names() {
+  std::string out;
+  for (const ArchName& a : kArchNames) out += (out.empty() ? "" : ", ") + std::string(a.name);
+  return out;
+}
 
 Result<ModelConfig> read_config(const gguf::File& f) {
   ModelConfig c;
   EMBER_TRY(c.arch_name, f.get_string("general.architecture"));
-  if (c.arch_name == "llama") {
-    c.arch = Arch::Llama;
-  } else if (c.arch_name == "qwen3") {
-    c.arch = Arch::Qwen3;
-  } else if (c.arch_name == "gemma3") {
-    c.arch = Arch::Gemma3;
-  } else {
-    return fail("{}: unknown architecture '{}' (supported: llama, qwen3, gemma3)", f.path(),
-                c.arch_name);
+  const std::optional<Arch> arch = arch_from_name(c.arch_name);
+  if (!arch) {
+    return fail("{}: architecture '{}' is not supported (supported: {})", f.path(), c.arch_name,
+                supported_arch_names());
   }
+  c.arch = *arch;
   EMBER_TRY(c.name, f.get_string_or("general.name", ""));
   const std::string a = c.arch_name + ".";
 

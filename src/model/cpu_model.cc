@@ -1,4 +1,5 @@
-// The CPU forward pass for llama, qwen3 and gemma3 (see cpu_model.h for the batching scheme).
+// The CPU forward pass for llama, qwen2, qwen3 and gemma3 (see cpu_model.h for the batching
+// scheme).
 #include "model/cpu_model.h"
 
 #include <pthread.h>
@@ -415,6 +416,9 @@ void CpuBackend::layer(int32_t il) {
   const float* cs = local ? cos_l_.data() : cos_g_.data();
   const float* sn = local ? sin_l_.data() : sin_g_.data();
   per_token([&](int64_t t) {
+    if (l.bq) ops::add(&q_[t * q_dim_], l.bq, q_dim_);
+    if (l.bk) ops::add(&k_[t * kv_dim_], l.bk, kv_dim_);
+    if (l.bv) ops::add(&v_[t * kv_dim_], l.bv, kv_dim_);
     for (int32_t h = 0; h < cfg_.n_head; ++h) {
       float* q = &q_[t * q_dim_ + h * hd];
       if (l.q_norm) tensor::rms_norm(q, l.q_norm, q, hd, eps);
@@ -636,6 +640,11 @@ void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> log
   }
   if (n_out == 0) return;
   tensor::matmul(w_.output, xo_.data(), static_cast<int64_t>(n_out), logits.data(), pool_);
+  if (w_.output_b) {
+    for (size_t r = 0; r < n_out; ++r) {
+      ops::add(&logits[r * static_cast<size_t>(cfg_.n_vocab)], w_.output_b, cfg_.n_vocab);
+    }
+  }
   if (cfg_.final_logit_softcap > 0.f) {
     const float c = cfg_.final_logit_softcap;
     const size_t n = n_out * static_cast<size_t>(cfg_.n_vocab);

@@ -96,6 +96,7 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
   EMBER_TRY(w.token_embd, b.mat("token_embd.weight", c.n_embd, c.n_vocab));
   EMBER_TRY(w.output_norm, b.vec("output_norm.weight", c.n_embd));
   EMBER_TRY(w.output, b.mat("output.weight", c.n_embd, c.n_vocab, /*optional=*/true));
+  EMBER_TRY(w.output_b, b.vec("output.bias", c.n_vocab, /*optional=*/true));
   if (!w.output.data) w.output = w.token_embd;
   if (c.arch == Arch::Llama) {
     EMBER_TRY(w.rope_freqs, b.vec("rope_freqs.weight", c.rope_dim / 2, /*optional=*/true));
@@ -111,6 +112,10 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
     EMBER_TRY(l.wk, b.mat(p + "attn_k.weight", c.n_embd, kv_dim));
     EMBER_TRY(l.wv, b.mat(p + "attn_v.weight", c.n_embd, kv_dim));
     EMBER_TRY(l.wo, b.mat(p + "attn_output.weight", q_dim, c.n_embd));
+    // Optional for every architecture, as llama.cpp binds them; Qwen2 files have all three.
+    EMBER_TRY(l.bq, b.vec(p + "attn_q.bias", q_dim, /*optional=*/true));
+    EMBER_TRY(l.bk, b.vec(p + "attn_k.bias", kv_dim, /*optional=*/true));
+    EMBER_TRY(l.bv, b.vec(p + "attn_v.bias", kv_dim, /*optional=*/true));
     if (qk_norm) {
       EMBER_TRY(l.q_norm, b.vec(p + "attn_q_norm.weight", c.head_dim));
       EMBER_TRY(l.k_norm, b.vec(p + "attn_k_norm.weight", c.head_dim));
@@ -144,7 +149,11 @@ template <class F>
 void for_each_vector(Weights* w, const ModelConfig& c, F&& f) {
   f(w->output_norm, c.n_embd);
   f(w->rope_freqs, c.rope_dim / 2);
+  f(w->output_b, c.n_vocab);
   for (auto& l : w->layers) {
+    f(l.bq, int64_t{c.n_head} * c.head_dim);
+    f(l.bk, int64_t{c.n_head_kv} * c.head_dim);
+    f(l.bv, int64_t{c.n_head_kv} * c.head_dim);
     for (const float** v : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm}) {
       f(*v, c.n_embd);
     }

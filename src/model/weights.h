@@ -23,6 +23,9 @@ struct LayerWeights {
   tensor::Matrix wk;                      // [n_head_kv * head_dim][n_embd]
   tensor::Matrix wv;                      // [n_head_kv * head_dim][n_embd]
   tensor::Matrix wo;                      // [n_embd][n_head * head_dim]
+  const float* bq = nullptr;              // [n_head * head_dim] qwen2: added to q
+  const float* bk = nullptr;              // [n_head_kv * head_dim] qwen2: added to k
+  const float* bv = nullptr;              // [n_head_kv * head_dim] qwen2: added to v
   const float* q_norm = nullptr;          // [head_dim] qwen3, gemma3
   const float* k_norm = nullptr;          // [head_dim] qwen3, gemma3
   const float* post_attn_norm = nullptr;  // [n_embd] gemma3
@@ -37,6 +40,7 @@ struct Weights {
   tensor::Matrix token_embd;                   // [n_vocab][n_embd]
   const float* output_norm = nullptr;          // [n_embd]
   tensor::Matrix output;                       // [n_vocab][n_embd] (token_embd when tied)
+  const float* output_b = nullptr;             // [n_vocab] qwen2: added to the logits, or null
   const float* rope_freqs = nullptr;           // [rope_dim / 2] llama3 frequency factors, or null
   std::vector<LayerWeights> layers;            // [n_layer]
   std::shared_ptr<tensor::WeightArena> arena;  // holds the matrices once copied; else null

@@ -88,7 +88,14 @@ struct Ref {
         q[t] = mul(wq, xn);
         k[t] = mul(wk, xn);
         v[t] = mul(wv, xn);
-        if (c.arch != Arch::Llama) {
+        // qwen2's biases: added before the rotation.
+        for (auto [m, bias] : {std::pair{&q[t], "attn_q.bias"}, std::pair{&k[t], "attn_k.bias"},
+                               std::pair{&v[t], "attn_v.bias"}}) {
+          if (!f.find_tensor(p + bias)) continue;
+          auto b = vec(p + bias);
+          for (size_t i = 0; i < b.size(); ++i) (*m)[i] += b[i];
+        }
+        if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
           auto qn = vec(p + "attn_q_norm.weight"), kn = vec(p + "attn_k_norm.weight");
           for (int h = 0; h < c.n_head; ++h) {
             std::vector<float> head(q[t].begin() + h * hd, q[t].begin() + (h + 1) * hd);
@@ -153,7 +160,12 @@ struct Ref {
     }
     auto xn = norm(x[T - 1], vec("output_norm.weight"));
     Mat out = f.find_tensor("output.weight") ? mat("output.weight") : embd;
-    return mul(out, xn);
+    auto logits = mul(out, xn);
+    if (f.find_tensor("output.bias")) {
+      auto b = vec("output.bias");
+      for (size_t i = 0; i < b.size(); ++i) logits[i] += b[i];
+    }
+    return logits;
   }
 };
 
@@ -232,6 +244,9 @@ INSTANTIATE_TEST_SUITE_P(
         // reference evaluates it exactly, so the bound is a little wider there.
         RefCase{"gemma3", tensor::DType::F32, true, 1e-2f},
         RefCase{"gemma3", tensor::DType::F32, false, 1e-2f},
+        // qwen2: Q, K and V biases.
+        RefCase{"qwen2", tensor::DType::F32, false, 2e-3f},
+        RefCase{"qwen2", tensor::DType::F32, true, 2e-3f, KvType::F16},
         // Activations are quantized to 8 bits before the integer dot products (logits span ~±25).
         RefCase{"llama", tensor::DType::Q8_0, false, 0.4f},
         RefCase{"qwen3", tensor::DType::Q4_K, false, 0.7f},
