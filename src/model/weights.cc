@@ -13,7 +13,9 @@ namespace {
 
 using tensor::DType;
 
-bool is_matrix_type(DType t) {
+}  // namespace
+
+bool is_weight_type(DType t) {
   switch (t) {
     case DType::F32:
     case DType::F16:
@@ -33,6 +35,17 @@ bool is_matrix_type(DType t) {
       return false;
   }
 }
+
+std::string supported_weight_type_names() {
+  std::string out;
+  for (uint32_t id = 0; id < 64; ++id) {
+    auto t = tensor::dtype_from_gguf(id);
+    if (t && is_weight_type(*t)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(*t));
+  }
+  return out;
+}
+
+namespace {
 
 class Binder {
  public:
@@ -71,9 +84,9 @@ class Binder {
                              bool optional = false) {
     EMBER_TRY(const gguf::TensorInfo* t, find(name, {cols, rows}, optional));
     if (!t) return tensor::Matrix{};
-    if (!is_matrix_type(t->type)) {
-      return fail("{}: tensor '{}' has type {}, which is not supported for weights", f_.path(),
-                  name, tensor::dtype_name(t->type));
+    if (!is_weight_type(t->type)) {
+      return fail("{}: tensor '{}' has type {}, which is not supported for weights (supported: {})",
+                  f_.path(), name, tensor::dtype_name(t->type), supported_weight_type_names());
     }
     if (cols % tensor::block_elems(t->type) != 0) {
       return fail("{}: tensor '{}' has {} columns, not a multiple of the {} block size {}",

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/result.h"
@@ -45,6 +46,11 @@ struct Weights {
   std::vector<LayerWeights> layers;            // [n_layer]
   std::shared_ptr<tensor::WeightArena> arena;  // holds the matrices once copied; else null
 };
+
+// The types a weight matrix may have (what the matmul kernels read), and their names in ggml's
+// type order ("F32, F16, Q4_0, ..."), which unsupported-type errors list.
+bool is_weight_type(tensor::DType t);
+std::string supported_weight_type_names();
 
 // Errors name the file and the tensor: missing, wrong shape (expected vs actual), or a type
 // the kernels do not support.

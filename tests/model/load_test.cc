@@ -316,6 +316,24 @@ TEST_F(BrokenFile, unsupported_norm_type_is_named) {
               AllOf(HasSubstr("output_norm.weight"), HasSubstr("F16"), HasSubstr("expected F32")));
 }
 
+// A type the reader knows but no matmul kernel reads (Q8_1, an activation format) is refused at
+// load, naming the tensor, its type and the weight types ember runs.
+TEST_F(BrokenFile, unsupported_weight_type_is_named_with_the_supported_list) {
+  const std::string out = temp_path("weight_type");
+  rewrite(*good_, out, [](std::vector<TensorCopy>& ts) {
+    for (auto& t : ts) {
+      if (t.name == "blk.0.ffn_up.weight") {
+        t.type = DType::Q8_1;
+        t.bytes.resize(tensor::row_bytes(DType::Q8_1, 64) * 128);
+      }
+    }
+  });
+  EXPECT_THAT(load_error(out),
+              AllOf(HasSubstr("blk.0.ffn_up.weight"), HasSubstr("has type Q8_1"),
+                    HasSubstr("(supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
+                              "Q4_K, Q5_K, Q6_K, BF16)")));
+}
+
 TEST_F(BrokenFile, unknown_architecture_is_named_with_the_supported_list) {
   const std::string out = temp_path("unknown_arch");
   rewrite(
