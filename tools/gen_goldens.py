@@ -83,6 +83,10 @@ FIXTURES = {
     "gemma3_f32": ["--arch", "gemma3", "--type", "F32", "--layers", "6", "--ctx", "2048"],
     "qwen2_f32": ["--arch", "qwen2", "--type", "F32", "--ctx", "2048"],
     "qwen2_q8_0_tied": ["--arch", "qwen2", "--type", "Q8_0", "--tied", "--ctx", "2048"],
+    # head_dim 32 (the vector attention kernels' size), a window the prompts and continuations
+    # cross (gemma2 slides on layers 0 and 2), and the fixture's soft-caps that bite
+    "gemma2_f32": ["--arch", "gemma2", "--type", "F32", "--layers", "4", "--embd", "128",
+                   "--sliding-window", "16", "--ctx", "2048"],
 }
 
 

@@ -25,9 +25,11 @@ namespace {
 
 // Where the chat template comes from, as TextCodec picks it.
 std::string template_origin(const text::Vocab& v, const text::TextCodec& codec) {
-  return !v.chat_template.empty()       ? "the file's"
-         : codec.template_is_fallback() ? "none in the file, ChatML fallback"
-                                        : "ember's built-in";
+  std::string origin = !v.chat_template.empty()       ? "the file's"
+                       : codec.template_is_fallback() ? "none in the file, ChatML fallback"
+                                                      : "ember's built-in";
+  if (codec.folds_system()) origin += " (no system role: system text opens the first user turn)";
+  return origin;
 }
 
 Result<std::string> check_supported(const gguf::File& f) {

@@ -1,5 +1,5 @@
-// The CPU forward pass for llama, qwen2, qwen3 and gemma3 (see cpu_model.h for the batching
-// scheme).
+// The CPU forward pass for llama, qwen2, qwen3, gemma2 and gemma3 (see cpu_model.h for the
+// batching scheme).
 #include "model/cpu_model.h"
 
 #include <pthread.h>
@@ -352,8 +352,7 @@ void CpuBackend::prepare(std::span<const ForwardItem> items) {
   ensure(sin_l_, t * half);
   seqs_.clear();
 
-  const float embd_scale =
-      cfg_.arch == Arch::Gemma3 ? std::sqrt(static_cast<float>(cfg_.n_embd)) : 1.f;
+  const float embd_scale = is_gemma(cfg_.arch) ? std::sqrt(static_cast<float>(cfg_.n_embd)) : 1.f;
   int64_t row = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     auto* seq = static_cast<CpuSequence*>(items[i].seq);
@@ -452,7 +451,7 @@ void CpuBackend::layer(int32_t il) {
   // thread that computed them (tensor::matmul's rows function).
   const tensor::MatmulOut gate_up[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
   const int64_t F = cfg_.n_ff;
-  const auto act = cfg_.arch == Arch::Gemma3 ? &tensor::gelu_mul : &tensor::silu_mul;
+  const auto act = is_gemma(cfg_.arch) ? &tensor::gelu_mul : &tensor::silu_mul;
   tensor::matmul(gate_up, xn_.data(), T, pool_, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t) act(&gate_[t * F + r0], &up_[t * F + r0], r1 - r0);
   });
@@ -598,7 +597,7 @@ void CpuBackend::attention_as(int32_t il) {
           }
           tensor::attend_group_segments(&q_[size_t(task.t * q_dim_ + q0)], hd, task.ng, segs.data(),
                                         static_cast<int32_t>(segs.size()), hd, n, hd, scale,
-                                        scores.data(), out, hd, st);
+                                        scores.data(), out, hd, st, cfg_.attn_logit_softcap);
         }
       }
       if (task.row < 0 && parts != nullptr) merge_parts(parts, stats, task.t, nc);
@@ -646,9 +645,10 @@ void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> log
     }
   }
   if (cfg_.final_logit_softcap > 0.f) {
-    const float c = cfg_.final_logit_softcap;
-    const size_t n = n_out * static_cast<size_t>(cfg_.n_vocab);
-    for (size_t i = 0; i < n; ++i) logits[i] = c * std::tanh(logits[i] / c);
+    for (size_t r = 0; r < n_out; ++r) {
+      tensor::ref::softcap_scores(&logits[r * static_cast<size_t>(cfg_.n_vocab)], cfg_.n_vocab,
+                                  cfg_.final_logit_softcap);
+    }
   }
 }
 

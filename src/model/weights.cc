@@ -108,14 +108,18 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
   const int64_t kv_dim = int64_t{c.n_head_kv} * c.head_dim;
   EMBER_TRY(w.token_embd, b.mat("token_embd.weight", c.n_embd, c.n_vocab));
   EMBER_TRY(w.output_norm, b.vec("output_norm.weight", c.n_embd));
-  EMBER_TRY(w.output, b.mat("output.weight", c.n_embd, c.n_vocab, /*optional=*/true));
-  EMBER_TRY(w.output_b, b.vec("output.bias", c.n_vocab, /*optional=*/true));
+  // gemma2's output projection is always the token embeddings (llama.cpp ignores an
+  // output.weight there; read_config reports such a file as tied).
+  if (c.arch != Arch::Gemma2) {
+    EMBER_TRY(w.output, b.mat("output.weight", c.n_embd, c.n_vocab, /*optional=*/true));
+    EMBER_TRY(w.output_b, b.vec("output.bias", c.n_vocab, /*optional=*/true));
+  }
   if (!w.output.data) w.output = w.token_embd;
   if (c.arch == Arch::Llama) {
     EMBER_TRY(w.rope_freqs, b.vec("rope_freqs.weight", c.rope_dim / 2, /*optional=*/true));
   }
   const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3;
-  const bool post_norms = c.arch == Arch::Gemma3;
+  const bool post_norms = c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3;
   w.layers.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = w.layers[il];

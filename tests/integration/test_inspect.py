@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-SUPPORTED = "llama, qwen2, qwen3, gemma3"
+SUPPORTED = "llama, qwen2, qwen3, gemma2, gemma3"
 
 
 def fixture(ember, tmp_path, arch, *args):
@@ -34,6 +34,8 @@ def gguf_string(s):
     ("llama", "", "none in the file, ChatML fallback"),
     ("qwen2", "", "none in the file, ChatML fallback"),
     ("gemma3", ", sliding window 128", "ember's built-in"),
+    ("gemma2", ", sliding window 128",
+     "ember's built-in (no system role: system text opens the first user turn)"),
 ])
 def test_inspect_ends_with_supported_and_the_file_generates(ember, tmp_path, arch, window,
                                                             template):
@@ -41,7 +43,8 @@ def test_inspect_ends_with_supported_and_the_file_generates(ember, tmp_path, arc
     r = inspect(ember, path)
     assert r.returncode == 0, r.stderr
     last = r.stdout.rstrip("\n").splitlines()[-1]
-    # Fixtures carry no template: gemma3 gets ember's built-in one, the others ChatML.
+    # Fixtures carry no template: gemma2 and gemma3 get ember's built-in ones (Gemma 2's has no
+    # system role), the others ChatML.
     assert last == f"supported: {arch}, 2 layers{window}, weights Q8_0, chat template: {template}"
     run = subprocess.run([ember, "run", "--model", path, "-p", "hello", "-n", "4"],
                          capture_output=True, text=True, timeout=60)

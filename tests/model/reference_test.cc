@@ -64,7 +64,7 @@ struct Ref {
   // Logits of the last token.
   std::vector<float> forward(const std::vector<int32_t>& toks) const {
     const int T = static_cast<int>(toks.size()), E = c.n_embd, hd = c.head_dim;
-    const bool gemma = c.arch == Arch::Gemma3;
+    const bool gemma = is_gemma(c.arch);
     Mat embd = mat("token_embd.weight");
     std::vector<float> ff;
     if (f.find_tensor("rope_freqs.weight")) ff = vec("rope_freqs.weight");
@@ -128,6 +128,9 @@ struct Ref {
             double d = 0;
             for (int i = 0; i < hd; ++i) d += double{q[t][h * hd + i]} * k[u][kvh * hd + i];
             s[u] = d * scale;
+            if (c.attn_logit_softcap > 0) {
+              s[u] = c.attn_logit_softcap * std::tanh(s[u] / c.attn_logit_softcap);
+            }
             mx = std::max(mx, s[u]);
           }
           double sum = 0;
@@ -159,11 +162,15 @@ struct Ref {
       }
     }
     auto xn = norm(x[T - 1], vec("output_norm.weight"));
-    Mat out = f.find_tensor("output.weight") ? mat("output.weight") : embd;
+    const bool own_output = c.arch != Arch::Gemma2 && f.find_tensor("output.weight");
+    Mat out = own_output ? mat("output.weight") : embd;
     auto logits = mul(out, xn);
-    if (f.find_tensor("output.bias")) {
+    if (c.arch != Arch::Gemma2 && f.find_tensor("output.bias")) {
       auto b = vec("output.bias");
       for (size_t i = 0; i < b.size(); ++i) logits[i] += b[i];
+    }
+    if (c.final_logit_softcap > 0) {
+      for (float& l : logits) l = c.final_logit_softcap * std::tanh(l / c.final_logit_softcap);
     }
     return logits;
   }
@@ -186,7 +193,7 @@ TEST_P(MatchesReference, backend_logits_match_a_naive_float_forward) {
   spec.type = rc.type;
   spec.tied = rc.tied;
   spec.rope_freqs = rc.arch == "llama";
-  if (rc.arch == "gemma3") {
+  if (rc.arch == "gemma3" || rc.arch == "gemma2") {
     spec.n_layer = 6;
     spec.sliding_window = 5;  // so the 12-token prompt crosses it
     spec.head_dim = 32;
@@ -244,9 +251,11 @@ INSTANTIATE_TEST_SUITE_P(
         // reference evaluates it exactly, so the bound is a little wider there.
         RefCase{"gemma3", tensor::DType::F32, true, 1e-2f},
         RefCase{"gemma3", tensor::DType::F32, false, 1e-2f},
-        // qwen2: Q, K and V biases.
+        // qwen2: Q, K and V biases; gemma2: soft-capped attention scores and logits, every
+        // other layer sliding.
         RefCase{"qwen2", tensor::DType::F32, false, 2e-3f},
         RefCase{"qwen2", tensor::DType::F32, true, 2e-3f, KvType::F16},
+        RefCase{"gemma2", tensor::DType::F32, true, 1e-2f},
         // Activations are quantized to 8 bits before the integer dot products (logits span ~±25).
         RefCase{"llama", tensor::DType::Q8_0, false, 0.4f},
         RefCase{"qwen3", tensor::DType::Q4_K, false, 0.7f},
