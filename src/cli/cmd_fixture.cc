@@ -16,7 +16,7 @@ int cmd_fixture(int argc, char** argv) {
   std::string type = "F32";
   std::string out;
   app.add_option("--arch", spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma2", "gemma3"}))
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}))
       ->capture_default_str();
   app.add_flag("--tied", spec.tied, "share the output projection with the token embeddings");
   app.add_option("--type", type, "weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...")

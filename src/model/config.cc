@@ -60,11 +60,9 @@ struct ArchName {
   Arch arch;
   std::string_view name;
 };
-constexpr ArchName kArchNames[] = {{Arch::Llama, "llama"},
-                                   {Arch::Qwen2, "qwen2"},
-                                   {Arch::Qwen3, "qwen3"},
-                                   {Arch::Gemma2, "gemma2"},
-                                   {Arch::Gemma3, "gemma3"}};
+constexpr ArchName kArchNames[] = {{Arch::Llama, "llama"},   {Arch::Qwen2, "qwen2"},
+                                   {Arch::Qwen3, "qwen3"},   {Arch::Gemma2, "gemma2"},
+                                   {Arch::Gemma3, "gemma3"}, {Arch::Phi3, "phi3"}};
 
 }  // namespace
 
@@ -126,8 +124,21 @@ Result<ModelConfig> read_config(const gguf::File& f) {
     EMBER_TRY(double factor, f.get_float_or(a + "rope.scaling.factor", 1.0));
     if (factor <= 0) return fail("{}: rope.scaling.factor {} must be positive", f.path(), factor);
     c.rope_freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none" && !(c.arch == Arch::Llama && scaling == "llama3")) {
+  } else if (scaling != "none" && !(c.arch == Arch::Llama && scaling == "llama3") &&
+             !(c.arch == Arch::Phi3 && scaling == "longrope")) {
     return fail("{}: rope.scaling.type '{}' is not supported", f.path(), scaling);
+  }
+  if (c.arch == Arch::Phi3) {
+    // LongRoPE as llama.cpp applies it: the factor tensors (weights.cc) divide the frequencies,
+    // the long ones above the original context length; rope.scaling.attn_factor (default 1)
+    // scales cos and sin. A Phi sliding window is ignored, as llama.cpp ignores it.
+    EMBER_TRY(c.n_ctx_orig,
+              get_pos_int_or(f, a + "rope.scaling.original_context_length", c.n_ctx_train));
+    EMBER_TRY(double attn_factor, f.get_float_or(a + "rope.scaling.attn_factor", 1.0));
+    if (!(attn_factor > 0)) {
+      return fail("{}: {}rope.scaling.attn_factor {} must be positive", f.path(), a, attn_factor);
+    }
+    c.rope_attn_factor = static_cast<float>(attn_factor);
   }
   // gemma2 caps its logits and its attention scores, by default at 30 and 50 (llama.cpp's
   // defaults, the values every Gemma 2 file carries).

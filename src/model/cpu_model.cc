@@ -1,5 +1,5 @@
-// The CPU forward pass for llama, qwen2, qwen3, gemma2 and gemma3 (see cpu_model.h for the
-// batching scheme).
+// The CPU forward pass for llama, qwen2, qwen3, gemma2, gemma3 and phi3 (see cpu_model.h for
+// the batching scheme).
 #include "model/cpu_model.h"
 
 #include <pthread.h>
@@ -383,8 +383,8 @@ void CpuBackend::rope_tables() {
       for (int32_t i = 0; i < half; ++i) {
         const float ff = w_.rope_freqs ? w_.rope_freqs[i] : 1.f;
         const float a = freq_scale * theta / ff;
-        cs[t * half + i] = std::cos(a);
-        sn[t * half + i] = std::sin(a);
+        cs[t * half + i] = std::cos(a) * cfg_.rope_attn_factor;
+        sn[t * half + i] = std::sin(a) * cfg_.rope_attn_factor;
         theta *= theta_scale;
       }
     }
@@ -666,6 +666,11 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);
+  if (cfg.arch == Arch::Phi3) {
+    // llama.cpp's choice: the long factors once the context exceeds the original length.
+    cfg.rope_long_factors = n_ctx > cfg.n_ctx_orig;
+    w.rope_freqs = cfg.rope_long_factors ? w.rope_long : w.rope_short;
+  }
   int32_t n_threads = opts.n_threads;
   if (n_threads == 0) n_threads = static_cast<int32_t>(std::thread::hardware_concurrency());
   auto backend = std::make_unique<CpuBackend>(std::move(file), std::move(cfg), std::move(w), n_ctx,

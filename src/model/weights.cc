@@ -47,6 +47,14 @@ std::string supported_weight_type_names() {
 
 namespace {
 
+// Rows [r0, r0 + n) of m, a view into the same data: the parts of a fused matrix (phi3's
+// attn_qkv and gate+up ffn_up), which the kernels then see as matrices of their own.
+tensor::Matrix row_range(const tensor::Matrix& m, int64_t r0, int64_t n) {
+  const auto* base = static_cast<const uint8_t*>(m.data);
+  return tensor::Matrix{m.type, n, m.cols,
+                        base + tensor::row_bytes(m.type, m.cols) * static_cast<size_t>(r0)};
+}
+
 class Binder {
  public:
   explicit Binder(const gguf::File& f) : f_(f) {}
@@ -118,6 +126,11 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
   if (c.arch == Arch::Llama) {
     EMBER_TRY(w.rope_freqs, b.vec("rope_freqs.weight", c.rope_dim / 2, /*optional=*/true));
   }
+  const bool phi3 = c.arch == Arch::Phi3;
+  if (phi3) {
+    EMBER_TRY(w.rope_long, b.vec("rope_factors_long.weight", c.rope_dim / 2, /*optional=*/true));
+    EMBER_TRY(w.rope_short, b.vec("rope_factors_short.weight", c.rope_dim / 2, /*optional=*/true));
+  }
   const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3;
   const bool post_norms = c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3;
   w.layers.resize(c.n_layer);
@@ -125,9 +138,17 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
     LayerWeights& l = w.layers[il];
     const std::string p = fmt::format("blk.{}.", il);
     EMBER_TRY(l.attn_norm, b.vec(p + "attn_norm.weight", c.n_embd));
-    EMBER_TRY(l.wq, b.mat(p + "attn_q.weight", c.n_embd, q_dim));
-    EMBER_TRY(l.wk, b.mat(p + "attn_k.weight", c.n_embd, kv_dim));
-    EMBER_TRY(l.wv, b.mat(p + "attn_v.weight", c.n_embd, kv_dim));
+    if (phi3 && f.find_tensor(p + "attn_qkv.weight") != nullptr) {
+      // Q, K and V in one matrix, in that order (llama.cpp's split of attn_qkv).
+      EMBER_TRY(tensor::Matrix qkv, b.mat(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim));
+      l.wq = row_range(qkv, 0, q_dim);
+      l.wk = row_range(qkv, q_dim, kv_dim);
+      l.wv = row_range(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      EMBER_TRY(l.wq, b.mat(p + "attn_q.weight", c.n_embd, q_dim));
+      EMBER_TRY(l.wk, b.mat(p + "attn_k.weight", c.n_embd, kv_dim));
+      EMBER_TRY(l.wv, b.mat(p + "attn_v.weight", c.n_embd, kv_dim));
+    }
     EMBER_TRY(l.wo, b.mat(p + "attn_output.weight", q_dim, c.n_embd));
     // Optional for every architecture, as llama.cpp binds them; Qwen2 files have all three.
     EMBER_TRY(l.bq, b.vec(p + "attn_q.bias", q_dim, /*optional=*/true));
@@ -142,8 +163,15 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
       EMBER_TRY(l.post_ffn_norm, b.vec(p + "post_ffw_norm.weight", c.n_embd));
     }
     EMBER_TRY(l.ffn_norm, b.vec(p + "ffn_norm.weight", c.n_embd));
-    EMBER_TRY(l.w_gate, b.mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));
-    EMBER_TRY(l.w_up, b.mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    if (phi3) {
+      // Gate and up in one matrix, gate first (llama.cpp's SwiGLU over the halves of ffn_up).
+      EMBER_TRY(tensor::Matrix up, b.mat(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff}));
+      l.w_gate = row_range(up, 0, c.n_ff);
+      l.w_up = row_range(up, c.n_ff, c.n_ff);
+    } else {
+      EMBER_TRY(l.w_gate, b.mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+      EMBER_TRY(l.w_up, b.mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    }
     EMBER_TRY(l.w_down, b.mat(p + "ffn_down.weight", c.n_ff, c.n_embd));
   }
   return w;
@@ -166,6 +194,8 @@ template <class F>
 void for_each_vector(Weights* w, const ModelConfig& c, F&& f) {
   f(w->output_norm, c.n_embd);
   f(w->rope_freqs, c.rope_dim / 2);
+  f(w->rope_long, c.rope_dim / 2);
+  f(w->rope_short, c.rope_dim / 2);
   f(w->output_b, c.n_vocab);
   for (auto& l : w->layers) {
     f(l.bq, int64_t{c.n_head} * c.head_dim);

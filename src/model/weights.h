@@ -38,11 +38,14 @@ struct LayerWeights {
 };
 
 struct Weights {
-  tensor::Matrix token_embd;                   // [n_vocab][n_embd]
-  const float* output_norm = nullptr;          // [n_embd]
-  tensor::Matrix output;                       // [n_vocab][n_embd] (token_embd when tied)
-  const float* output_b = nullptr;             // [n_vocab] qwen2: added to the logits, or null
-  const float* rope_freqs = nullptr;           // [rope_dim / 2] llama3 frequency factors, or null
+  tensor::Matrix token_embd;           // [n_vocab][n_embd]
+  const float* output_norm = nullptr;  // [n_embd]
+  tensor::Matrix output;               // [n_vocab][n_embd] (token_embd when tied)
+  const float* output_b = nullptr;     // [n_vocab] qwen2: added to the logits, or null
+  const float* rope_freqs = nullptr;   // [rope_dim / 2] llama3 frequency factors, or null
+  // [rope_dim / 2] phi3 LongRoPE factors, or null; load_cpu_model points rope_freqs at one.
+  const float* rope_long = nullptr;
+  const float* rope_short = nullptr;
   std::vector<LayerWeights> layers;            // [n_layer]
   std::shared_ptr<tensor::WeightArena> arena;  // holds the matrices once copied; else null
 };

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-SUPPORTED = "llama, qwen2, qwen3, gemma2, gemma3"
+SUPPORTED = "llama, qwen2, qwen3, gemma2, gemma3, phi3"
 
 
 def fixture(ember, tmp_path, arch, *args):
@@ -36,6 +36,7 @@ def gguf_string(s):
     ("gemma3", ", sliding window 128", "ember's built-in"),
     ("gemma2", ", sliding window 128",
      "ember's built-in (no system role: system text opens the first user turn)"),
+    ("phi3", "", "none in the file, ChatML fallback"),
 ])
 def test_inspect_ends_with_supported_and_the_file_generates(ember, tmp_path, arch, window,
                                                             template):

@@ -62,7 +62,7 @@ TEST_P(LoadsEveryFixture, loads_and_reports_its_config) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
-  for (std::string arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3"}) {
+  for (std::string arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
     for (bool tied : {false, true}) {
       for (DType t : {DType::F32, DType::F16, DType::Q8_0}) out.push_back({arch, tied, t});
     }
@@ -380,7 +380,7 @@ TEST_F(BrokenFile, unknown_architecture_is_named_with_the_supported_list) {
         }
       });
   EXPECT_THAT(load_error(out),
-              AllOf(HasSubstr("mamba9"), HasSubstr("llama, qwen2, qwen3, gemma2, gemma3"),
+              AllOf(HasSubstr("mamba9"), HasSubstr("llama, qwen2, qwen3, gemma2, gemma3, phi3"),
                     HasSubstr("not supported")));
 }
 
