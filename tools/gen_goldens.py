@@ -81,6 +81,14 @@ FIXTURES = {
     "llama_q4_k": ["--arch", "llama", "--type", "Q4_K", "--embd", "256", "--ff", "512", "--ctx", "2048"],
     "llama_q6_k": ["--arch", "llama", "--type", "Q6_K", "--embd", "256", "--ff", "512", "--ctx", "2048"],
     "gemma3_f32": ["--arch", "gemma3", "--type", "F32", "--layers", "6", "--ctx", "2048"],
+    "qwen2_f32": ["--arch", "qwen2", "--type", "F32", "--ctx", "2048"],
+    "qwen2_q8_0_tied": ["--arch", "qwen2", "--type", "Q8_0", "--tied", "--ctx", "2048"],
+    # fused QKV and gate+up; LongRoPE's long factors (the context exceeds the original 1024)
+    "phi3_f32": ["--arch", "phi3", "--type", "F32", "--ctx", "2048"],
+    # head_dim 32 (the vector attention kernels' size), a window the prompts and continuations
+    # cross (gemma2 slides on layers 0 and 2), and the fixture's soft-caps that bite
+    "gemma2_f32": ["--arch", "gemma2", "--type", "F32", "--layers", "4", "--embd", "128",
+                   "--sliding-window", "16", "--ctx", "2048"],
 }
 
 

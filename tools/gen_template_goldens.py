@@ -23,6 +23,7 @@ FIXED_DATE = datetime.datetime(2025, 3, 14, 9, 26, 53)
 
 # Special tokens each model family's tokenizer passes to its template.
 TOKENS = {
+    "gemma2": ("<bos>", "<eos>"),
     "gemma3": ("<bos>", "<eos>"),
     "qwen2.5": ("", "<|im_end|>"),
     "qwen3": ("", "<|im_end|>"),

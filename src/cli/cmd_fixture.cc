@@ -16,7 +16,7 @@ int cmd_fixture(int argc, char** argv) {
   std::string type = "F32";
   std::string out;
   app.add_option("--arch", spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen3", "gemma3"}))
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}))
       ->capture_default_str();
   app.add_flag("--tied", spec.tied, "share the output projection with the token embeddings");
   app.add_option("--type", type, "weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...")
@@ -30,13 +30,13 @@ int cmd_fixture(int argc, char** argv) {
   app.add_flag("--rope-freqs", spec.rope_freqs, "llama3 rope scaling (rope_freqs tensor)");
   app.add_option("--seed", spec.seed, "weight seed")->capture_default_str();
   app.add_option("--sliding-window", spec.sliding_window,
-                 "gemma3: attention window of local layers")
+                 "gemma2/3: attention window of local layers")
       ->capture_default_str();
   app.add_option("--sliding-pattern", spec.sliding_pattern,
-                 "gemma3: attention.sliding_window_pattern period (-1: key not written)")
+                 "gemma2/3: attention.sliding_window_pattern period (-1: key not written)")
       ->capture_default_str();
   app.add_option("--rope-base-swa", spec.rope_base_swa,
-                 "gemma3: rope.freq_base_swa (0: key not written)")
+                 "gemma2/3: rope.freq_base_swa (0: key not written)")
       ->capture_default_str();
   app.add_option("--out", out, "output .gguf path")->required();
   try {

@@ -11,6 +11,19 @@
 namespace ember::gguf {
 namespace {
 
+// ggml's names for the type ids ember does not read (ggml.h's enum), so an error names the
+// quantization a file uses (IQ4_XS, ...); ids ggml retired or never had read "unknown".
+std::string_view ggml_type_name(uint32_t id) {
+  static constexpr std::string_view kNames[] = {
+      "F32",     "F16",   "Q4_0",   "Q4_1",  "",      "",       "Q5_0", "Q5_1",    "Q8_0",
+      "Q8_1",    "Q2_K",  "Q3_K",   "Q4_K",  "Q5_K",  "Q6_K",   "Q8_K", "IQ2_XXS", "IQ2_XS",
+      "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",   "I16",     "I32",
+      "I64",     "F64",   "IQ1_M",  "BF16",  "",      "",       "",     "TQ1_0",   "TQ2_0",
+      "",        "",      "",       "MXFP4", "NVFP4", "Q1_0",   "Q2_0"};
+  if (id < std::size(kNames) && !kNames[id].empty()) return kNames[id];
+  return "unknown";
+}
+
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes little-endian");
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
@@ -410,7 +423,13 @@ Result<File> File::open(const std::string& path) {
     }
     EMBER_TRY(uint32_t type_id, c.read<uint32_t>("type"));
     auto dt = tensor::dtype_from_gguf(type_id);
-    if (!dt) return fail("{}: tensor '{}' has unknown type id {}", path, ti.name, type_id);
+    if (!dt) {
+      return fail(
+          "{}: tensor '{}' has type {} (ggml type id {}), which ember cannot read "
+          "(weights may be F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, "
+          "Q5_K or Q6_K)",
+          path, ti.name, ggml_type_name(type_id), type_id);
+    }
     ti.type = *dt;
     EMBER_TRY(ti.offset, c.read<uint64_t>("offset"));
 

@@ -18,7 +18,17 @@
 
 namespace ember::model {
 
-enum class Arch { Llama, Qwen3, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma2, Gemma3, Phi3 };
+
+// general.architecture names of the architectures above (the table in model/config.cc);
+// nullopt for any other name.
+std::optional<Arch> arch_from_name(std::string_view name);
+// gemma2 and gemma3 share the embedding scale (sqrt(n_embd)), GELU and the post-norms.
+inline bool is_gemma(Arch a) {
+  return a == Arch::Gemma2 || a == Arch::Gemma3;
+}
+// "llama, qwen2, qwen3, gemma2, gemma3, phi3": what an unsupported-architecture error lists.
+std::string supported_arch_names();
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
@@ -34,18 +44,25 @@ struct ModelConfig {
   int32_t n_ctx_train = 0;
   float norm_eps = 1e-5f;
   float rope_base = 10000.f;
-  float rope_base_local = 10000.f;  // gemma3 sliding-window layers
-  int32_t sliding_window = 0;       // gemma3: 0 = none
-  // gemma3: [n_layer], 1 for a layer that uses the sliding window and rope_base_local
+  float rope_base_local = 10000.f;  // gemma2/3 sliding-window layers
+  int32_t sliding_window = 0;       // gemma2/3: 0 = none
+  // gemma2/3: [n_layer], 1 for a layer that uses the sliding window and rope_base_local
   std::vector<uint8_t> sliding_layers;
   float attn_scale = 0.f;  // 0 = 1/sqrt(head_dim)
   bool tied_output = false;
   // Added by the model layer:
-  int32_t rope_dim = 0;             // dimensions rotated per head ({arch}.rope.dimension_count)
-  bool rope_neox = false;           // rotate (i, i + rope_dim/2) pairs, not (2i, 2i+1)
-  float rope_freq_scale = 1.f;      // linear rope scaling (1/factor); gemma3: global layers only
-  bool has_rope_freqs = false;      // llama3: rope_freqs.weight divides each frequency
+  int32_t rope_dim = 0;         // dimensions rotated per head ({arch}.rope.dimension_count)
+  bool rope_neox = false;       // rotate (i, i + rope_dim/2) pairs, not (2i, 2i+1)
+  float rope_freq_scale = 1.f;  // linear rope scaling (1/factor); gemma2/3: global layers only
+  bool has_rope_freqs = false;  // llama3: rope_freqs.weight divides each frequency
+  // phi3 LongRoPE: rope_factors_long.weight divides each frequency when the context exceeds
+  // n_ctx_orig (rope.scaling.original_context_length), rope_factors_short.weight otherwise
+  // (rope_long_factors, set at load), and cos and sin are scaled by rope_attn_factor.
+  int32_t n_ctx_orig = 0;
+  bool rope_long_factors = false;
+  float rope_attn_factor = 1.f;
   float final_logit_softcap = 0.f;  // 0 = none; else logits = c * tanh(logits / c)
+  float attn_logit_softcap = 0.f;   // gemma2: 0 = none; else scores = c * tanh(scores / c)
   // gemma3: true when layer il uses the sliding window and the local rope base.
   bool is_sliding(int32_t il) const {
     return sliding_window > 0 && il >= 0 && static_cast<size_t>(il) < sliding_layers.size() &&

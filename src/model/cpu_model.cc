@@ -1,4 +1,5 @@
-// The CPU forward pass for llama, qwen3 and gemma3 (see cpu_model.h for the batching scheme).
+// The CPU forward pass for llama, qwen2, qwen3, gemma2, gemma3 and phi3 (see cpu_model.h for
+// the batching scheme).
 #include "model/cpu_model.h"
 
 #include <pthread.h>
@@ -351,8 +352,7 @@ void CpuBackend::prepare(std::span<const ForwardItem> items) {
   ensure(sin_l_, t * half);
   seqs_.clear();
 
-  const float embd_scale =
-      cfg_.arch == Arch::Gemma3 ? std::sqrt(static_cast<float>(cfg_.n_embd)) : 1.f;
+  const float embd_scale = is_gemma(cfg_.arch) ? std::sqrt(static_cast<float>(cfg_.n_embd)) : 1.f;
   int64_t row = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     auto* seq = static_cast<CpuSequence*>(items[i].seq);
@@ -383,8 +383,8 @@ void CpuBackend::rope_tables() {
       for (int32_t i = 0; i < half; ++i) {
         const float ff = w_.rope_freqs ? w_.rope_freqs[i] : 1.f;
         const float a = freq_scale * theta / ff;
-        cs[t * half + i] = std::cos(a);
-        sn[t * half + i] = std::sin(a);
+        cs[t * half + i] = std::cos(a) * cfg_.rope_attn_factor;
+        sn[t * half + i] = std::sin(a) * cfg_.rope_attn_factor;
         theta *= theta_scale;
       }
     }
@@ -415,6 +415,9 @@ void CpuBackend::layer(int32_t il) {
   const float* cs = local ? cos_l_.data() : cos_g_.data();
   const float* sn = local ? sin_l_.data() : sin_g_.data();
   per_token([&](int64_t t) {
+    if (l.bq) ops::add(&q_[t * q_dim_], l.bq, q_dim_);
+    if (l.bk) ops::add(&k_[t * kv_dim_], l.bk, kv_dim_);
+    if (l.bv) ops::add(&v_[t * kv_dim_], l.bv, kv_dim_);
     for (int32_t h = 0; h < cfg_.n_head; ++h) {
       float* q = &q_[t * q_dim_ + h * hd];
       if (l.q_norm) tensor::rms_norm(q, l.q_norm, q, hd, eps);
@@ -448,7 +451,7 @@ void CpuBackend::layer(int32_t il) {
   // thread that computed them (tensor::matmul's rows function).
   const tensor::MatmulOut gate_up[] = {{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}};
   const int64_t F = cfg_.n_ff;
-  const auto act = cfg_.arch == Arch::Gemma3 ? &tensor::gelu_mul : &tensor::silu_mul;
+  const auto act = is_gemma(cfg_.arch) ? &tensor::gelu_mul : &tensor::silu_mul;
   tensor::matmul(gate_up, xn_.data(), T, pool_, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t) act(&gate_[t * F + r0], &up_[t * F + r0], r1 - r0);
   });
@@ -594,7 +597,7 @@ void CpuBackend::attention_as(int32_t il) {
           }
           tensor::attend_group_segments(&q_[size_t(task.t * q_dim_ + q0)], hd, task.ng, segs.data(),
                                         static_cast<int32_t>(segs.size()), hd, n, hd, scale,
-                                        scores.data(), out, hd, st);
+                                        scores.data(), out, hd, st, cfg_.attn_logit_softcap);
         }
       }
       if (task.row < 0 && parts != nullptr) merge_parts(parts, stats, task.t, nc);
@@ -636,10 +639,16 @@ void CpuBackend::output(std::span<const ForwardItem> items, std::span<float> log
   }
   if (n_out == 0) return;
   tensor::matmul(w_.output, xo_.data(), static_cast<int64_t>(n_out), logits.data(), pool_);
+  if (w_.output_b) {
+    for (size_t r = 0; r < n_out; ++r) {
+      ops::add(&logits[r * static_cast<size_t>(cfg_.n_vocab)], w_.output_b, cfg_.n_vocab);
+    }
+  }
   if (cfg_.final_logit_softcap > 0.f) {
-    const float c = cfg_.final_logit_softcap;
-    const size_t n = n_out * static_cast<size_t>(cfg_.n_vocab);
-    for (size_t i = 0; i < n; ++i) logits[i] = c * std::tanh(logits[i] / c);
+    for (size_t r = 0; r < n_out; ++r) {
+      tensor::ref::softcap_scores(&logits[r * static_cast<size_t>(cfg_.n_vocab)], cfg_.n_vocab,
+                                  cfg_.final_logit_softcap);
+    }
   }
 }
 
@@ -657,6 +666,11 @@ Result<std::unique_ptr<Backend>> load_cpu_model(std::shared_ptr<const gguf::File
   if (opts.n_ctx < 0) return fail("{}: context size {} is negative", file->path(), opts.n_ctx);
   if (opts.n_threads < 0) return fail("n_threads {} is negative", opts.n_threads);
   const int32_t n_ctx = opts.n_ctx > 0 ? opts.n_ctx : std::min(cfg.n_ctx_train, 4096);
+  if (cfg.arch == Arch::Phi3) {
+    // llama.cpp's choice: the long factors once the context exceeds the original length.
+    cfg.rope_long_factors = n_ctx > cfg.n_ctx_orig;
+    w.rope_freqs = cfg.rope_long_factors ? w.rope_long : w.rope_short;
+  }
   int32_t n_threads = opts.n_threads;
   if (n_threads == 0) n_threads = static_cast<int32_t>(std::thread::hardware_concurrency());
   auto backend = std::make_unique<CpuBackend>(std::move(file), std::move(cfg), std::move(w), n_ctx,

@@ -55,6 +55,9 @@ void hash_config(Hasher& h, const ModelConfig& c) {
   h.pod(static_cast<uint8_t>(c.rope_neox));
   h.pod(static_cast<uint8_t>(c.has_rope_freqs));
   h.pod(static_cast<uint8_t>(c.tied_output));
+  // phi3: which LongRoPE factors the context size chose (a cache made under one is not valid
+  // under the other).
+  if (c.arch == Arch::Phi3) h.pod(static_cast<uint8_t>(c.rope_long_factors));
 }
 
 }  // namespace

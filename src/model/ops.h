@@ -1,4 +1,4 @@
-// Element-wise pieces of the forward pass (rotary embeddings). Plain loops the compiler
+// Element-wise pieces of the forward pass (rotary embeddings, biases). Plain loops the compiler
 // vectorizes; the matmuls, not these, dominate a step. The norm, GELU, SiLU and attention
 // kernels live in tensor/ (norm.h, activation.h, attention.h) with the other SIMD kernels.
 #pragma once
@@ -25,6 +25,11 @@ inline void rope_head(float* x, const float* cs, const float* sn, int32_t rope_d
       x[2 * i + 1] = a * sn[i] + b * cs[i];
     }
   }
+}
+
+// x[i] += b[i]: a bias (qwen2's Q, K and V; an output bias).
+inline void add(float* x, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += b[i];
 }
 
 }  // namespace ember::model::ops

@@ -13,7 +13,9 @@ namespace {
 
 using tensor::DType;
 
-bool is_matrix_type(DType t) {
+}  // namespace
+
+bool is_weight_type(DType t) {
   switch (t) {
     case DType::F32:
     case DType::F16:
@@ -32,6 +34,25 @@ bool is_matrix_type(DType t) {
     default:
       return false;
   }
+}
+
+std::string supported_weight_type_names() {
+  std::string out;
+  for (uint32_t id = 0; id < 64; ++id) {
+    auto t = tensor::dtype_from_gguf(id);
+    if (t && is_weight_type(*t)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(*t));
+  }
+  return out;
+}
+
+namespace {
+
+// Rows [r0, r0 + n) of m, a view into the same data: the parts of a fused matrix (phi3's
+// attn_qkv and gate+up ffn_up), which the kernels then see as matrices of their own.
+tensor::Matrix row_range(const tensor::Matrix& m, int64_t r0, int64_t n) {
+  const auto* base = static_cast<const uint8_t*>(m.data);
+  return tensor::Matrix{m.type, n, m.cols,
+                        base + tensor::row_bytes(m.type, m.cols) * static_cast<size_t>(r0)};
 }
 
 class Binder {
@@ -71,9 +92,9 @@ class Binder {
                              bool optional = false) {
     EMBER_TRY(const gguf::TensorInfo* t, find(name, {cols, rows}, optional));
     if (!t) return tensor::Matrix{};
-    if (!is_matrix_type(t->type)) {
-      return fail("{}: tensor '{}' has type {}, which is not supported for weights", f_.path(),
-                  name, tensor::dtype_name(t->type));
+    if (!is_weight_type(t->type)) {
+      return fail("{}: tensor '{}' has type {}, which is not supported for weights (supported: {})",
+                  f_.path(), name, tensor::dtype_name(t->type), supported_weight_type_names());
     }
     if (cols % tensor::block_elems(t->type) != 0) {
       return fail("{}: tensor '{}' has {} columns, not a multiple of the {} block size {}",
@@ -95,22 +116,44 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
   const int64_t kv_dim = int64_t{c.n_head_kv} * c.head_dim;
   EMBER_TRY(w.token_embd, b.mat("token_embd.weight", c.n_embd, c.n_vocab));
   EMBER_TRY(w.output_norm, b.vec("output_norm.weight", c.n_embd));
-  EMBER_TRY(w.output, b.mat("output.weight", c.n_embd, c.n_vocab, /*optional=*/true));
+  // gemma2's output projection is always the token embeddings (llama.cpp ignores an
+  // output.weight there; read_config reports such a file as tied).
+  if (c.arch != Arch::Gemma2) {
+    EMBER_TRY(w.output, b.mat("output.weight", c.n_embd, c.n_vocab, /*optional=*/true));
+    EMBER_TRY(w.output_b, b.vec("output.bias", c.n_vocab, /*optional=*/true));
+  }
   if (!w.output.data) w.output = w.token_embd;
   if (c.arch == Arch::Llama) {
     EMBER_TRY(w.rope_freqs, b.vec("rope_freqs.weight", c.rope_dim / 2, /*optional=*/true));
   }
+  const bool phi3 = c.arch == Arch::Phi3;
+  if (phi3) {
+    EMBER_TRY(w.rope_long, b.vec("rope_factors_long.weight", c.rope_dim / 2, /*optional=*/true));
+    EMBER_TRY(w.rope_short, b.vec("rope_factors_short.weight", c.rope_dim / 2, /*optional=*/true));
+  }
   const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3;
-  const bool post_norms = c.arch == Arch::Gemma3;
+  const bool post_norms = c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3;
   w.layers.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = w.layers[il];
     const std::string p = fmt::format("blk.{}.", il);
     EMBER_TRY(l.attn_norm, b.vec(p + "attn_norm.weight", c.n_embd));
-    EMBER_TRY(l.wq, b.mat(p + "attn_q.weight", c.n_embd, q_dim));
-    EMBER_TRY(l.wk, b.mat(p + "attn_k.weight", c.n_embd, kv_dim));
-    EMBER_TRY(l.wv, b.mat(p + "attn_v.weight", c.n_embd, kv_dim));
+    if (phi3 && f.find_tensor(p + "attn_qkv.weight") != nullptr) {
+      // Q, K and V in one matrix, in that order (llama.cpp's split of attn_qkv).
+      EMBER_TRY(tensor::Matrix qkv, b.mat(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim));
+      l.wq = row_range(qkv, 0, q_dim);
+      l.wk = row_range(qkv, q_dim, kv_dim);
+      l.wv = row_range(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      EMBER_TRY(l.wq, b.mat(p + "attn_q.weight", c.n_embd, q_dim));
+      EMBER_TRY(l.wk, b.mat(p + "attn_k.weight", c.n_embd, kv_dim));
+      EMBER_TRY(l.wv, b.mat(p + "attn_v.weight", c.n_embd, kv_dim));
+    }
     EMBER_TRY(l.wo, b.mat(p + "attn_output.weight", q_dim, c.n_embd));
+    // Optional for every architecture, as llama.cpp binds them; Qwen2 files have all three.
+    EMBER_TRY(l.bq, b.vec(p + "attn_q.bias", q_dim, /*optional=*/true));
+    EMBER_TRY(l.bk, b.vec(p + "attn_k.bias", kv_dim, /*optional=*/true));
+    EMBER_TRY(l.bv, b.vec(p + "attn_v.bias", kv_dim, /*optional=*/true));
     if (qk_norm) {
       EMBER_TRY(l.q_norm, b.vec(p + "attn_q_norm.weight", c.head_dim));
       EMBER_TRY(l.k_norm, b.vec(p + "attn_k_norm.weight", c.head_dim));
@@ -120,8 +163,15 @@ Result<Weights> bind_weights(const gguf::File& f, const ModelConfig& c) {
       EMBER_TRY(l.post_ffn_norm, b.vec(p + "post_ffw_norm.weight", c.n_embd));
     }
     EMBER_TRY(l.ffn_norm, b.vec(p + "ffn_norm.weight", c.n_embd));
-    EMBER_TRY(l.w_gate, b.mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));
-    EMBER_TRY(l.w_up, b.mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    if (phi3) {
+      // Gate and up in one matrix, gate first (llama.cpp's SwiGLU over the halves of ffn_up).
+      EMBER_TRY(tensor::Matrix up, b.mat(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff}));
+      l.w_gate = row_range(up, 0, c.n_ff);
+      l.w_up = row_range(up, c.n_ff, c.n_ff);
+    } else {
+      EMBER_TRY(l.w_gate, b.mat(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+      EMBER_TRY(l.w_up, b.mat(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    }
     EMBER_TRY(l.w_down, b.mat(p + "ffn_down.weight", c.n_ff, c.n_embd));
   }
   return w;
@@ -144,7 +194,13 @@ template <class F>
 void for_each_vector(Weights* w, const ModelConfig& c, F&& f) {
   f(w->output_norm, c.n_embd);
   f(w->rope_freqs, c.rope_dim / 2);
+  f(w->rope_long, c.rope_dim / 2);
+  f(w->rope_short, c.rope_dim / 2);
+  f(w->output_b, c.n_vocab);
   for (auto& l : w->layers) {
+    f(l.bq, int64_t{c.n_head} * c.head_dim);
+    f(l.bk, int64_t{c.n_head_kv} * c.head_dim);
+    f(l.bv, int64_t{c.n_head_kv} * c.head_dim);
     for (const float** v : {&l.attn_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm}) {
       f(*v, c.n_embd);
     }

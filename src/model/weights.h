@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/result.h"
@@ -23,6 +24,9 @@ struct LayerWeights {
   tensor::Matrix wk;                      // [n_head_kv * head_dim][n_embd]
   tensor::Matrix wv;                      // [n_head_kv * head_dim][n_embd]
   tensor::Matrix wo;                      // [n_embd][n_head * head_dim]
+  const float* bq = nullptr;              // [n_head * head_dim] qwen2: added to q
+  const float* bk = nullptr;              // [n_head_kv * head_dim] qwen2: added to k
+  const float* bv = nullptr;              // [n_head_kv * head_dim] qwen2: added to v
   const float* q_norm = nullptr;          // [head_dim] qwen3, gemma3
   const float* k_norm = nullptr;          // [head_dim] qwen3, gemma3
   const float* post_attn_norm = nullptr;  // [n_embd] gemma3
@@ -34,13 +38,22 @@ struct LayerWeights {
 };
 
 struct Weights {
-  tensor::Matrix token_embd;                   // [n_vocab][n_embd]
-  const float* output_norm = nullptr;          // [n_embd]
-  tensor::Matrix output;                       // [n_vocab][n_embd] (token_embd when tied)
-  const float* rope_freqs = nullptr;           // [rope_dim / 2] llama3 frequency factors, or null
+  tensor::Matrix token_embd;           // [n_vocab][n_embd]
+  const float* output_norm = nullptr;  // [n_embd]
+  tensor::Matrix output;               // [n_vocab][n_embd] (token_embd when tied)
+  const float* output_b = nullptr;     // [n_vocab] qwen2: added to the logits, or null
+  const float* rope_freqs = nullptr;   // [rope_dim / 2] llama3 frequency factors, or null
+  // [rope_dim / 2] phi3 LongRoPE factors, or null; load_cpu_model points rope_freqs at one.
+  const float* rope_long = nullptr;
+  const float* rope_short = nullptr;
   std::vector<LayerWeights> layers;            // [n_layer]
   std::shared_ptr<tensor::WeightArena> arena;  // holds the matrices once copied; else null
 };
+
+// The types a weight matrix may have (what the matmul kernels read), and their names in ggml's
+// type order ("F32, F16, Q4_0, ..."), which unsupported-type errors list.
+bool is_weight_type(tensor::DType t);
+std::string supported_weight_type_names();
 
 // Errors name the file and the tensor: missing, wrong shape (expected vs actual), or a type
 // the kernels do not support.

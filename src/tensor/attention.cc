@@ -14,6 +14,15 @@ namespace ember::tensor {
 
 namespace ref {
 
+float softcap_scores(float* scores, int32_t n, float cap) {
+  float mx = -INFINITY;
+  for (int32_t p = 0; p < n; ++p) {
+    scores[p] = cap * std::tanh(scores[p] / cap);
+    mx = std::max(mx, scores[p]);
+  }
+  return mx;
+}
+
 inline float widen(float x) {
   return x;
 }
@@ -28,7 +37,7 @@ inline float widen(uint16_t h) {
 template <typename T>
 void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t n_segs,
                   int64_t stride, int32_t n, int32_t hd, float scale, float* __restrict scores,
-                  float* __restrict out, float* stats) {
+                  float* __restrict out, float* stats, float softcap) {
   float mx = -INFINITY;
   int32_t p = 0;
   for (int32_t s = 0; s < n_segs; ++s) {
@@ -46,6 +55,7 @@ void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t
     }
   }
   EMBER_ASSERT(p == n);
+  if (softcap > 0.f) mx = softcap_scores(scores, n, softcap);
   float sum = 0;
   for (p = 0; p < n; ++p) {
     scores[p] = std::exp(scores[p] - mx);
@@ -74,16 +84,16 @@ void one_segments(const float* __restrict q, const KvSegmentOf<T>* segs, int32_t
 template <typename T>
 void group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs,
                     int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                    float* scores, float* out, int64_t out_stride, float* stats) {
+                    float* scores, float* out, int64_t out_stride, float* stats, float softcap) {
   for (int32_t g = 0; g < nq; ++g) {
     one_segments(q + g * q_stride, segs, n_segs, kv_stride, n, hd, scale, scores,
-                 out + g * out_stride, stats != nullptr ? stats + 2 * g : nullptr);
+                 out + g * out_stride, stats != nullptr ? stats + 2 * g : nullptr, softcap);
   }
 }
 
 void attend_one_segments(const float* q, const KvSegment* segs, int32_t n_segs, int64_t kv_stride,
                          int32_t n, int32_t hd, float scale, float* scores, float* out) {
-  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out, nullptr);
+  one_segments(q, segs, n_segs, kv_stride, n, hd, scale, scores, out, nullptr, 0.f);
 }
 
 void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
@@ -94,15 +104,17 @@ void attend_one(const float* q, const float* k, const float* v, int64_t kv_strid
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats) {
+                           float* scores, float* out, int64_t out_stride, float* stats,
+                           float softcap) {
   group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride,
-                 stats);
+                 stats, softcap);
 }
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats) {
+                           float* scores, float* out, int64_t out_stride, float* stats,
+                           float softcap) {
   group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out, out_stride,
-                 stats);
+                 stats, softcap);
 }
 
 void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, const float* v,
@@ -117,16 +129,18 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats) {
+                           float* scores, float* out, int64_t out_stride, float* stats,
+                           float softcap) {
   active_attend_group_f16()(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
-                            out_stride, stats);
+                            out_stride, stats, softcap);
 }
 
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats) {
+                           float* scores, float* out, int64_t out_stride, float* stats,
+                           float softcap) {
   active_attend_group()(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
-                        out_stride, stats);
+                        out_stride, stats, softcap);
 }
 
 // A part's weight is its sum of exponentials rescaled to the largest score of all parts; each

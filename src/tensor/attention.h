@@ -37,13 +37,16 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
 // The same over the positions of segs[0..n_segs); n = total positions (> 0). With `stats`,
 // query g's largest scaled score and its sum of exp(score - largest) go to stats[2g] and
 // stats[2g + 1]: what merge_attention_parts needs to combine results over disjoint runs of
-// positions.
+// positions. softcap > 0 caps each scaled score s at softcap * tanh(s / softcap) before the
+// softmax (gemma2's attention-logit soft-capping; softcap_scores); 0 leaves scores as they are.
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr,
+                           float softcap = 0.f);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr,
+                           float softcap = 0.f);
 
 // One query's attention over the union of n_parts disjoint runs of positions, from each run's
 // result (parts + j * part_stride, hd floats) and its two stats (stats + j * stats_stride: the
@@ -55,6 +58,9 @@ void merge_attention_parts(const float* parts, int64_t part_stride, const float*
                            int64_t stats_stride, int32_t n_parts, int32_t hd, float* out);
 
 namespace ref {
+// Caps scores[0..n) in place (s -> cap * tanh(s / cap), cap > 0) and returns their new
+// largest: the one scalar step every level shares, so capped scores are the same bits anywhere.
+float softcap_scores(float* scores, int32_t n, float cap);
 // One query: out[hd] = softmax(q . K[0..n) * scale) . V[0..n). scores: n floats of scratch.
 void attend_one(const float* q, const float* k, const float* v, int64_t kv_stride, int32_t n,
                 int32_t hd, float scale, float* scores, float* out);
@@ -66,10 +72,12 @@ void attend_group(const float* q, int64_t q_stride, int32_t nq, const float* k, 
                   int64_t out_stride);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr,
+                           float softcap = 0.f);
 void attend_group_segments(const float* q, int64_t q_stride, int32_t nq, const KvSegmentF16* segs,
                            int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd, float scale,
-                           float* scores, float* out, int64_t out_stride, float* stats = nullptr);
+                           float* scores, float* out, int64_t out_stride, float* stats = nullptr,
+                           float softcap = 0.f);
 }  // namespace ref
 
 }  // namespace ember::tensor

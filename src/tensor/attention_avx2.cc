@@ -80,7 +80,7 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
                                                      const KvSegmentOf<T>* segs, int32_t n_segs,
                                                      int64_t stride, int32_t n, int32_t hd,
                                                      float scale, float* scores, float* out,
-                                                     int64_t os, float* stats) {
+                                                     int64_t os, float* stats, float softcap) {
   float mx[NQ];
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) mx[g] = -INFINITY;
@@ -186,6 +186,9 @@ __attribute__((target("avx2,fma,f16c"))) void group4(const float* q, int64_t qs,
     }
     base += m;
   }
+  if (softcap > 0.f) {
+    for (int g = 0; g < NQ; ++g) mx[g] = ref::softcap_scores(scores + g * n, n, softcap);
+  }
   // Softmax, 8 scores at a time (the tail one by one with std::exp).
   EMBER_UNROLL
   for (int g = 0; g < NQ; ++g) {
@@ -262,10 +265,10 @@ template <typename T>
 __attribute__((target("avx2,fma,f16c"))) void attend_group_avx2(
     const float* q, int64_t q_stride, int32_t nq, const KvSegmentOf<T>* segs, int32_t n_segs,
     int64_t kv_stride, int32_t n, int32_t hd, float scale, float* scores, float* out,
-    int64_t out_stride, float* stats) {
+    int64_t out_stride, float* stats, float softcap) {
   if (hd % 32 != 0) {
     ref::attend_group_segments(q, q_stride, nq, segs, n_segs, kv_stride, n, hd, scale, scores, out,
-                               out_stride, stats);
+                               out_stride, stats, softcap);
     return;
   }
   for (int32_t g = 0; g < nq; g += 4) {
@@ -274,16 +277,20 @@ __attribute__((target("avx2,fma,f16c"))) void attend_group_avx2(
     float* st = stats != nullptr ? stats + 2 * g : nullptr;
     switch (std::min(4, nq - g)) {
       case 4:
-        group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
+        group4<4>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st,
+                  softcap);
         break;
       case 3:
-        group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
+        group4<3>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st,
+                  softcap);
         break;
       case 2:
-        group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
+        group4<2>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st,
+                  softcap);
         break;
       default:
-        group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st);
+        group4<1>(qg, q_stride, segs, n_segs, kv_stride, n, hd, scale, scores, og, out_stride, st,
+                  softcap);
         break;
     }
   }

@@ -82,11 +82,11 @@ struct GemmKernel {
 using AttendGroupFn = void (*)(const float* q, int64_t q_stride, int32_t nq, const KvSegment* segs,
                                int32_t n_segs, int64_t kv_stride, int32_t n, int32_t hd,
                                float scale, float* scores, float* out, int64_t out_stride,
-                               float* stats);
+                               float* stats, float softcap);
 using AttendGroupF16Fn = void (*)(const float* q, int64_t q_stride, int32_t nq,
                                   const KvSegmentF16* segs, int32_t n_segs, int64_t kv_stride,
                                   int32_t n, int32_t hd, float scale, float* scores, float* out,
-                                  int64_t out_stride, float* stats);
+                                  int64_t out_stride, float* stats, float softcap);
 using GeluMulFn = void (*)(float* gate, const float* up, int64_t n);
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 using RmsNormFn = void (*)(const float* x, const float* w, float* out, int64_t n, float eps);

@@ -6,6 +6,12 @@ namespace ember::text {
 
 namespace {
 
+// google/gemma-2-*-it tokenizer_config.json "chat_template", verbatim (tests compare it with
+// tests/golden/templates/gemma2.jinja). It refuses a system turn; TextCodec folds system text
+// into the first user turn instead.
+constexpr std::string_view kGemma2Template =
+    R"TPL({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %})TPL";
+
 // google/gemma-3-*-it tokenizer_config.json "chat_template", verbatim (tests compare it with
 // tests/golden/templates/gemma3.jinja).
 constexpr std::string_view kGemma3Template = R"TPL({{ bos_token }}
@@ -111,6 +117,7 @@ Result<std::string> ChatTemplate::render_context(const nlohmann::ordered_json& c
 }
 
 std::optional<std::string> builtin_template(std::string_view name) {
+  if (name == "gemma2") return std::string(kGemma2Template);
   if (name == "gemma3") return std::string(kGemma3Template);
   return std::nullopt;
 }

@@ -66,7 +66,8 @@ class ChatTemplate {
 };
 
 // Official chat templates ember carries for models whose GGUF has no tokenizer.chat_template,
-// by architecture name: "gemma3" (Google's Gemma 3 instruct template). nullopt if none.
+// by architecture name: "gemma2", "gemma3" (Google's Gemma 2 and Gemma 3 instruct templates).
+// nullopt if none.
 std::optional<std::string> builtin_template(std::string_view name);
 
 }  // namespace ember::text

@@ -18,6 +18,63 @@ bool is_system_role(const std::string& role) {
   return role == "system" || role == "developer";
 }
 
+// Refuses [system, user] and renders [user]: a template with no system role (Gemma 2).
+bool template_refuses_system(const ChatTemplate& t, const std::string& bos,
+                             const std::string& eos) {
+  const std::vector<ChatMessage> with_system{{"system", "s"}, {"user", "u"}};
+  const std::vector<ChatMessage> user_only{{"user", "u"}};
+  if (t.render(with_system, true, bos, eos).ok()) return false;
+  return t.render(user_only, true, bos, eos).ok();
+}
+
+// System messages leave the conversation; their text (joined by blank lines) opens the next
+// user turn, followed by a blank line, or becomes a user turn of its own when none follows.
+std::vector<ChatMessage> fold_system(const std::vector<ChatMessage>& messages) {
+  std::vector<ChatMessage> out;
+  std::string pending;
+  for (const ChatMessage& m : messages) {
+    if (is_system_role(m.role)) {
+      if (!m.content.empty()) pending += (pending.empty() ? "" : "\n\n") + m.content;
+    } else if (m.role == "user" && !pending.empty()) {
+      out.push_back({"user", pending + "\n\n" + m.content});
+      pending.clear();
+    } else {
+      out.push_back(m);
+    }
+  }
+  if (!pending.empty()) out.push_back({"user", pending});
+  return out;
+}
+
+// The same over Hugging Face-shaped messages (content a string, null or an array of parts).
+nlohmann::ordered_json fold_system(const nlohmann::ordered_json& messages) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::string pending;
+  for (const auto& m : messages) {
+    const auto content = m.find("content");
+    const bool text = content != m.end() && content->is_string();
+    if (is_system_role(m.value("role", ""))) {
+      if (text && !content->get<std::string>().empty()) {
+        pending += (pending.empty() ? "" : "\n\n") + content->get<std::string>();
+      }
+      continue;
+    }
+    out.push_back(m);
+    if (m.value("role", "") != "user" || pending.empty()) continue;
+    auto& c = out.back()["content"];
+    if (c.is_string()) {
+      c = pending + "\n\n" + c.get<std::string>();
+    } else if (c.is_array()) {
+      c.insert(c.begin(), nlohmann::ordered_json{{"type", "text"}, {"text", pending + "\n\n"}});
+    } else {
+      c = pending;
+    }
+    pending.clear();
+  }
+  if (!pending.empty()) out.push_back({{"role", "user"}, {"content", pending}});
+  return out;
+}
+
 }  // namespace
 
 int32_t template_end_of_turn(const Tokenizer& tok, const ChatTemplate& tmpl, const std::string& bos,
@@ -55,6 +112,7 @@ TextCodec::TextCodec(std::shared_ptr<const Tokenizer> tok, ChatTemplate tmpl,
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
   tool_format_ = tool_format_for_template(tool_tmpl_.source());
+  fold_system_ = template_refuses_system(tmpl_, bos_, eos_);
 }
 
 Result<std::unique_ptr<TextCodec>> TextCodec::create(std::shared_ptr<const Tokenizer> tok,
@@ -96,7 +154,8 @@ std::vector<ChatMessage> TextCodec::with_default_system(
 }
 
 Result<std::string> TextCodec::render_chat(const std::vector<ChatMessage>& messages) const {
-  return tmpl_.render(with_default_system(messages), true, bos_, eos_);
+  std::vector<ChatMessage> conv = with_default_system(messages);
+  return tmpl_.render(fold_system_ ? fold_system(conv) : conv, true, bos_, eos_);
 }
 
 Result<std::vector<int32_t>> TextCodec::encode_chat(
@@ -114,6 +173,7 @@ Result<std::vector<int32_t>> TextCodec::encode_chat_with_tools(
     msgs.push_back({{"role", "system"}, {"content", options_.default_system_prompt}});
   }
   for (const auto& m : messages) msgs.push_back(m);
+  if (fold_system_) msgs = fold_system(msgs);
   auto ctx = ChatTemplate::make_context(std::move(msgs), tools, true, bos_, eos_);
   EMBER_TRY(std::string rendered, tool_tmpl_.render_context(ctx, std::nullopt));
   return tok_->encode(rendered, /*add_special=*/false, /*parse_special=*/true);

@@ -2,9 +2,13 @@
 // way in, incremental detokenization on the way out, and the end-of-generation ids. Each
 // behaviour is decided here once, so both commands render and encode a prompt the same way:
 //  - template: the GGUF's tokenizer.chat_template; else ember's built-in one for the
-//    architecture (gemma3); else ChatML, as llama.cpp falls back to (with a warning);
+//    architecture (gemma2, gemma3); else ChatML, as llama.cpp falls back to (with a warning);
 //  - default system prompt: prepended only when a conversation has no system (or developer)
 //    message; empty disables it (as Ollama's SYSTEM default);
+//  - a template that refuses a system turn (Gemma 2's raises "System role not supported") but
+//    renders a user turn: system text is folded into the next user turn, as "SYSTEM\n\nUSER"
+//    (what Gemma 3's template does itself), so neither the default prompt nor a client's
+//    system message makes every chat fail;
 //  - chat: the template writes BOS and turn markers itself, so the rendered text is tokenized
 //    with special tokens parsed and nothing added;
 //  - raw prompt (`run --prompt`, /v1/completions): BOS added as the vocabulary asks, and special
@@ -78,6 +82,8 @@ class TextCodec {
   const std::vector<int32_t>& eog_tokens() const { return eog_; }
   const Tokenizer& tokenizer() const { return *tok_; }
   bool template_is_fallback() const { return fallback_; }
+  // True when the template refuses a system turn and system text is folded into a user turn.
+  bool folds_system() const { return fold_system_; }
 
  private:
   TextCodec(std::shared_ptr<const Tokenizer> tok, ChatTemplate tmpl, ChatTemplate tool_tmpl,
@@ -92,6 +98,7 @@ class TextCodec {
   mutable std::map<std::string, std::shared_ptr<const CompiledGrammar>> grammars_;
   TextCodecOptions options_;
   bool fallback_ = false;
+  bool fold_system_ = false;
   std::string bos_, eos_;
   std::vector<int32_t> eog_;
 };

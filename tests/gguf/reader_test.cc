@@ -206,7 +206,16 @@ TEST_F(GgufReader, rejects_arrays_nested_too_deep) {
 TEST_F(GgufReader, rejects_an_unknown_tensor_type_naming_the_tensor_and_id) {
   auto b = good_;
   patch<uint32_t>(b, tensor_info_at(b, "tensor_wb", 2).type, 77);
-  expect_rejected(b, "tensor 'tensor_wb' has unknown type id 77");
+  expect_rejected(b, "tensor 'tensor_wb' has type unknown (ggml type id 77)");
+}
+
+// A quantization ggml has and ember does not read (IQ4_XS) is named, with the types ember takes.
+TEST_F(GgufReader, rejects_an_unsupported_ggml_type_naming_it_and_the_supported_types) {
+  auto b = good_;
+  patch<uint32_t>(b, tensor_info_at(b, "tensor_wb", 2).type, 23);
+  expect_rejected(b,
+                  "tensor 'tensor_wb' has type IQ4_XS (ggml type id 23), which ember cannot "
+                  "read (weights may be F32, F16, BF16, Q4_0");
 }
 
 TEST_F(GgufReader, rejects_zero_or_more_than_four_dimensions) {

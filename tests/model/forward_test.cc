@@ -107,7 +107,8 @@ TEST_P(ForwardPerArch, top_two_logits_are_usually_far_apart) {
   EXPECT_GE(wide, 185);
 }
 
-INSTANTIATE_TEST_SUITE_P(Model, ForwardPerArch, ::testing::Values("llama", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Model, ForwardPerArch,
+                         ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"));
 
 TEST(Forward, long_context_in_many_chunks_matches_decoding_from_the_prefill) {
   fixture::FixtureSpec spec;

@@ -46,7 +46,7 @@ TEST_P(LoadsEveryFixture, loads_and_reports_its_config) {
   EXPECT_EQ(cfg.head_dim, spec.n_embd / spec.n_head);
   EXPECT_EQ(cfg.n_ff, spec.n_ff);
   EXPECT_EQ(cfg.n_ctx_train, spec.n_ctx);
-  EXPECT_EQ(cfg.tied_output, c.tied);
+  EXPECT_EQ(cfg.tied_output, c.tied || c.arch == "gemma2");  // gemma2: token_embd always
   EXPECT_EQ(cfg.rope_neox, c.arch != "llama");
   EXPECT_GT(cfg.n_vocab, 0);
   EXPECT_EQ(b->n_ctx(), spec.n_ctx);
@@ -62,7 +62,7 @@ TEST_P(LoadsEveryFixture, loads_and_reports_its_config) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
-  for (std::string arch : {"llama", "qwen3", "gemma3"}) {
+  for (std::string arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
     for (bool tied : {false, true}) {
       for (DType t : {DType::F32, DType::F16, DType::Q8_0}) out.push_back({arch, tied, t});
     }
@@ -249,6 +249,41 @@ TEST(ModelLoad, gemma3_config_follows_llama_cpp_rules) {
   ASSERT_TRUE(b.ok()) << b.message();
 }
 
+// llama.cpp's gemma2 rules: every other layer (from the first) slides, the sliding layers keep
+// the global rope base, a 4096 window and caps of 50 (attention) and 30 (logits) when the file
+// does not say, and the query scale 1/sqrt(head_dim).
+TEST(ModelLoad, gemma2_config_follows_llama_cpp_rules) {
+  fixture::FixtureSpec spec;
+  spec.arch = "gemma2";
+  spec.n_layer = 5;
+  spec.head_dim = 32;
+  auto f = fixture_file(spec, "gemma2_cfg");
+  auto cfg = read_config(*f);
+  ASSERT_TRUE(cfg.ok()) << cfg.message();
+  EXPECT_EQ(cfg->sliding_window, spec.sliding_window);
+  EXPECT_FLOAT_EQ(cfg->rope_base_local, cfg->rope_base);
+  EXPECT_FLOAT_EQ(cfg->attn_scale, 1.f / std::sqrt(32.f));
+  EXPECT_FLOAT_EQ(cfg->attn_logit_softcap, 5.f);  // the fixture's caps
+  EXPECT_FLOAT_EQ(cfg->final_logit_softcap, 15.f);
+  EXPECT_TRUE(cfg->tied_output);
+  for (int il = 0; il < 5; ++il) EXPECT_EQ(cfg->is_sliding(il), il % 2 == 0) << il;
+
+  const std::string out = temp_path("gemma2_defaults");
+  rewrite(
+      *f, out, [](std::vector<TensorCopy>&) {},
+      [](const std::string& key, gguf::Writer&, bool& handled) {
+        handled = key == "gemma2.attention.sliding_window" ||
+                  key == "gemma2.attn_logit_softcapping" || key == "gemma2.final_logit_softcapping";
+      });
+  auto f2 = open_file(out);
+  ASSERT_TRUE(f2);
+  auto dflt = read_config(*f2);
+  ASSERT_TRUE(dflt.ok()) << dflt.message();
+  EXPECT_EQ(dflt->sliding_window, 4096);
+  EXPECT_FLOAT_EQ(dflt->attn_logit_softcap, 50.f);
+  EXPECT_FLOAT_EQ(dflt->final_logit_softcap, 30.f);
+}
+
 TEST(ModelLoad, n_ctx_defaults_to_training_context_capped_at_4096) {
   fixture::FixtureSpec spec;
   spec.n_ctx = 8192;
@@ -316,6 +351,24 @@ TEST_F(BrokenFile, unsupported_norm_type_is_named) {
               AllOf(HasSubstr("output_norm.weight"), HasSubstr("F16"), HasSubstr("expected F32")));
 }
 
+// A type the reader knows but no matmul kernel reads (Q8_1, an activation format) is refused at
+// load, naming the tensor, its type and the weight types ember runs.
+TEST_F(BrokenFile, unsupported_weight_type_is_named_with_the_supported_list) {
+  const std::string out = temp_path("weight_type");
+  rewrite(*good_, out, [](std::vector<TensorCopy>& ts) {
+    for (auto& t : ts) {
+      if (t.name == "blk.0.ffn_up.weight") {
+        t.type = DType::Q8_1;
+        t.bytes.resize(tensor::row_bytes(DType::Q8_1, 64) * 128);
+      }
+    }
+  });
+  EXPECT_THAT(load_error(out),
+              AllOf(HasSubstr("blk.0.ffn_up.weight"), HasSubstr("has type Q8_1"),
+                    HasSubstr("(supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
+                              "Q4_K, Q5_K, Q6_K, BF16)")));
+}
+
 TEST_F(BrokenFile, unknown_architecture_is_named_with_the_supported_list) {
   const std::string out = temp_path("unknown_arch");
   rewrite(
@@ -326,7 +379,9 @@ TEST_F(BrokenFile, unknown_architecture_is_named_with_the_supported_list) {
           handled = true;
         }
       });
-  EXPECT_THAT(load_error(out), AllOf(HasSubstr("mamba9"), HasSubstr("llama, qwen3, gemma3")));
+  EXPECT_THAT(load_error(out),
+              AllOf(HasSubstr("mamba9"), HasSubstr("llama, qwen2, qwen3, gemma2, gemma3, phi3"),
+                    HasSubstr("not supported")));
 }
 
 TEST_F(BrokenFile, missing_hyperparameter_is_named) {

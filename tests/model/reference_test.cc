@@ -30,6 +30,10 @@ struct Ref {
     return m;
   }
   std::vector<float> vec(const std::string& name) const { return mat(name)[0]; }
+  // Rows [r0, r0 + n) of a matrix (the parts of phi3's fused ones).
+  static Mat rows(const Mat& m, int64_t r0, int64_t n) {
+    return Mat(m.begin() + r0, m.begin() + r0 + n);
+  }
 
   static std::vector<float> mul(const Mat& w, const std::vector<float>& x) {
     std::vector<float> y(w.size());
@@ -56,18 +60,23 @@ struct Ref {
       const double ang = scale * pos * std::pow(base, -2.0 * i / nr) / (ff.empty() ? 1.0 : ff[i]);
       const int a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + nr / 2 : 2 * i + 1;
       const double x0 = v[h * hd + a], x1 = v[h * hd + b];
-      v[h * hd + a] = static_cast<float>(x0 * std::cos(ang) - x1 * std::sin(ang));
-      v[h * hd + b] = static_cast<float>(x0 * std::sin(ang) + x1 * std::cos(ang));
+      const double m = c.rope_attn_factor;  // phi3 LongRoPE's scale of cos and sin
+      v[h * hd + a] = static_cast<float>(m * (x0 * std::cos(ang) - x1 * std::sin(ang)));
+      v[h * hd + b] = static_cast<float>(m * (x0 * std::sin(ang) + x1 * std::cos(ang)));
     }
   }
 
   // Logits of the last token.
   std::vector<float> forward(const std::vector<int32_t>& toks) const {
     const int T = static_cast<int>(toks.size()), E = c.n_embd, hd = c.head_dim;
-    const bool gemma = c.arch == Arch::Gemma3;
+    const bool gemma = is_gemma(c.arch);
     Mat embd = mat("token_embd.weight");
     std::vector<float> ff;
     if (f.find_tensor("rope_freqs.weight")) ff = vec("rope_freqs.weight");
+    if (c.arch == Arch::Phi3) {
+      ff = vec(c.rope_long_factors ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    }
+    const int64_t q_dim = int64_t{c.n_head} * hd, kv_dim = int64_t{c.n_head_kv} * hd;
     Mat x(T);
     for (int t = 0; t < T; ++t) {
       x[t] = embd[toks[t]];
@@ -79,8 +88,17 @@ struct Ref {
       const std::string p = "blk." + std::to_string(il) + ".";
       const bool local = c.is_sliding(il);
       const double base = local ? c.rope_base_local : c.rope_base;
-      Mat wq = mat(p + "attn_q.weight"), wk = mat(p + "attn_k.weight"),
-          wv = mat(p + "attn_v.weight"), wo = mat(p + "attn_output.weight");
+      Mat wq, wk, wv, wo = mat(p + "attn_output.weight");
+      if (f.find_tensor(p + "attn_qkv.weight")) {
+        Mat qkv = mat(p + "attn_qkv.weight");
+        wq = rows(qkv, 0, q_dim);
+        wk = rows(qkv, q_dim, kv_dim);
+        wv = rows(qkv, q_dim + kv_dim, kv_dim);
+      } else {
+        wq = mat(p + "attn_q.weight");
+        wk = mat(p + "attn_k.weight");
+        wv = mat(p + "attn_v.weight");
+      }
       auto an = vec(p + "attn_norm.weight");
       Mat q(T), k(T), v(T);
       for (int t = 0; t < T; ++t) {
@@ -88,7 +106,14 @@ struct Ref {
         q[t] = mul(wq, xn);
         k[t] = mul(wk, xn);
         v[t] = mul(wv, xn);
-        if (c.arch != Arch::Llama) {
+        // qwen2's biases: added before the rotation.
+        for (auto [m, bias] : {std::pair{&q[t], "attn_q.bias"}, std::pair{&k[t], "attn_k.bias"},
+                               std::pair{&v[t], "attn_v.bias"}}) {
+          if (!f.find_tensor(p + bias)) continue;
+          auto b = vec(p + bias);
+          for (size_t i = 0; i < b.size(); ++i) (*m)[i] += b[i];
+        }
+        if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
           auto qn = vec(p + "attn_q_norm.weight"), kn = vec(p + "attn_k_norm.weight");
           for (int h = 0; h < c.n_head; ++h) {
             std::vector<float> head(q[t].begin() + h * hd, q[t].begin() + (h + 1) * hd);
@@ -121,6 +146,9 @@ struct Ref {
             double d = 0;
             for (int i = 0; i < hd; ++i) d += double{q[t][h * hd + i]} * k[u][kvh * hd + i];
             s[u] = d * scale;
+            if (c.attn_logit_softcap > 0) {
+              s[u] = c.attn_logit_softcap * std::tanh(s[u] / c.attn_logit_softcap);
+            }
             mx = std::max(mx, s[u]);
           }
           double sum = 0;
@@ -133,8 +161,13 @@ struct Ref {
         if (gemma) o = norm(o, vec(p + "post_attention_norm.weight"));
         for (int e = 0; e < E; ++e) x[t][e] += o[e];
       }
-      Mat wg = mat(p + "ffn_gate.weight"), wu = mat(p + "ffn_up.weight"),
-          wd = mat(p + "ffn_down.weight");
+      Mat wg, wu = mat(p + "ffn_up.weight"), wd = mat(p + "ffn_down.weight");
+      if (c.arch == Arch::Phi3) {  // SwiGLU over the halves of ffn_up: gate first
+        wg = rows(wu, 0, c.n_ff);
+        wu = rows(wu, c.n_ff, c.n_ff);
+      } else {
+        wg = mat(p + "ffn_gate.weight");
+      }
       auto fn = vec(p + "ffn_norm.weight");
       for (int t = 0; t < T; ++t) {
         auto xn = norm(x[t], fn);
@@ -152,8 +185,17 @@ struct Ref {
       }
     }
     auto xn = norm(x[T - 1], vec("output_norm.weight"));
-    Mat out = f.find_tensor("output.weight") ? mat("output.weight") : embd;
-    return mul(out, xn);
+    const bool own_output = c.arch != Arch::Gemma2 && f.find_tensor("output.weight");
+    Mat out = own_output ? mat("output.weight") : embd;
+    auto logits = mul(out, xn);
+    if (c.arch != Arch::Gemma2 && f.find_tensor("output.bias")) {
+      auto b = vec("output.bias");
+      for (size_t i = 0; i < b.size(); ++i) logits[i] += b[i];
+    }
+    if (c.final_logit_softcap > 0) {
+      for (float& l : logits) l = c.final_logit_softcap * std::tanh(l / c.final_logit_softcap);
+    }
+    return logits;
   }
 };
 
@@ -163,6 +205,7 @@ struct RefCase {
   bool tied;
   float tol;
   KvType kv = KvType::F32;
+  int32_t n_ctx = 0;  // 0: the model's default
 };
 
 class MatchesReference : public ::testing::TestWithParam<RefCase> {};
@@ -174,7 +217,7 @@ TEST_P(MatchesReference, backend_logits_match_a_naive_float_forward) {
   spec.type = rc.type;
   spec.tied = rc.tied;
   spec.rope_freqs = rc.arch == "llama";
-  if (rc.arch == "gemma3") {
+  if (rc.arch == "gemma3" || rc.arch == "gemma2") {
     spec.n_layer = 6;
     spec.sliding_window = 5;  // so the 12-token prompt crosses it
     spec.head_dim = 32;
@@ -186,9 +229,12 @@ TEST_P(MatchesReference, backend_logits_match_a_naive_float_forward) {
   const std::string name = "ref_" + rc.arch + std::string(tensor::dtype_name(rc.type));
   auto f = fixture_file(spec, name);
   ASSERT_TRUE(f);
-  auto b = load_cpu_model(f, {.n_threads = 2, .kv_type = rc.kv});
+  auto b = load_cpu_model(f, {.n_threads = 2, .n_ctx = rc.n_ctx, .kv_type = rc.kv});
   ASSERT_TRUE(b.ok()) << b.message();
   Ref ref{*f, (*b)->config(), rc.kv == KvType::F16};
+  if (rc.arch == "phi3") {
+    EXPECT_EQ(ref.c.rope_long_factors, rc.n_ctx == 0);
+  }
   auto toks = tokens(12, ref.c.n_vocab, 21);
   auto expect = ref.forward(toks);
   auto seq = (*b)->new_sequence(32);
@@ -232,6 +278,15 @@ INSTANTIATE_TEST_SUITE_P(
         // reference evaluates it exactly, so the bound is a little wider there.
         RefCase{"gemma3", tensor::DType::F32, true, 1e-2f},
         RefCase{"gemma3", tensor::DType::F32, false, 1e-2f},
+        // qwen2: Q, K and V biases; gemma2: soft-capped attention scores and logits, every
+        // other layer sliding.
+        RefCase{"qwen2", tensor::DType::F32, false, 2e-3f},
+        RefCase{"qwen2", tensor::DType::F32, true, 2e-3f, KvType::F16},
+        RefCase{"gemma2", tensor::DType::F32, true, 1e-2f},
+        // phi3: fused QKV and gate+up, LongRoPE factors (long at the default context, short at
+        // a context within the original length) and the attention factor.
+        RefCase{"phi3", tensor::DType::F32, false, 2e-3f},
+        RefCase{"phi3", tensor::DType::Q8_0, true, 0.4f, KvType::F32, 512},
         // Activations are quantized to 8 bits before the integer dot products (logits span ~±25).
         RefCase{"llama", tensor::DType::Q8_0, false, 0.4f},
         RefCase{"qwen3", tensor::DType::Q4_K, false, 0.7f},

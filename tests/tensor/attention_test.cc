@@ -320,6 +320,42 @@ TEST(Attention, parts_merged_by_their_stats_equal_attention_over_the_whole_range
   }
 }
 
+// gemma2's soft-capped attention: at every level, scores s become cap * tanh(s / cap) before
+// the softmax, checked against a double-precision softmax of the capped scores; large scores
+// (|s| up to ~8 against a cap of 2) make a missing cap far outside the bound.
+TEST(Attention, soft_capped_scores_match_a_softmax_of_the_capped_scores_at_every_level) {
+  LevelGuard guard;
+  const int32_t nq = 3, n = 37, hd = 32;
+  const float cap = 2.f, scale = 0.5f;
+  const auto q = random_floats(size_t{nq} * hd, 61, 1.f);
+  const auto k = random_floats(size_t{n} * hd, 62, 1.f);
+  const auto v = random_floats(size_t{n} * hd, 63, 1.f);
+  std::vector<double> want(size_t{nq} * hd, 0.0);
+  for (int32_t g = 0; g < nq; ++g) {
+    std::vector<double> w(n);
+    double mx = -INFINITY, sum = 0;
+    for (int32_t p = 0; p < n; ++p) {
+      double d = 0;
+      for (int32_t i = 0; i < hd; ++i) d += double{q[g * hd + i]} * k[p * hd + i];
+      w[p] = cap * std::tanh(d * scale / cap);
+      mx = std::max(mx, w[p]);
+    }
+    for (auto& e : w) sum += (e = std::exp(e - mx));
+    for (int32_t p = 0; p < n; ++p) {
+      for (int32_t i = 0; i < hd; ++i) want[g * hd + i] += w[p] / sum * v[p * hd + i];
+    }
+  }
+  for (auto level : supported_simd_levels()) {
+    ASSERT_TRUE(set_simd_level(level));
+    const KvSegment segs[2] = {{k.data(), v.data(), 20},
+                               {k.data() + 20 * hd, v.data() + 20 * hd, 17}};
+    std::vector<float> scores(size_t{nq} * n), got(size_t{nq} * hd, NAN);
+    attend_group_segments(q.data(), hd, nq, segs, 2, hd, n, hd, scale, scores.data(), got.data(),
+                          hd, nullptr, cap);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << level << " " << i;
+  }
+}
+
 TEST(Attention, one_part_merges_to_itself_bit_for_bit) {
   std::vector<float> part = random_floats(64, 51, 1.f);
   part[3] = -0.f;

@@ -86,7 +86,8 @@ TEST(ChatTemplate, every_golden_case_matches_jinja2_byte_for_byte) {
     tool_cases += c.contains("tools") ? 1 : 0;
   }
   EXPECT_EQ(n, doc["cases"].size());
-  for (const char* name : {"gemma3", "qwen2.5", "qwen3", "llama3.1", "llama3.2", "chatml-tools"}) {
+  for (const char* name :
+       {"gemma2", "gemma3", "qwen2.5", "qwen3", "llama3.1", "llama3.2", "chatml-tools"}) {
     EXPECT_GT(passed[name], 0) << "no golden cases for " << name;
   }
   EXPECT_GE(tool_cases, 20) << "tool requests and histories are covered";
@@ -101,6 +102,12 @@ TEST(ChatTemplate, builtin_gemma3_template_equals_the_official_file) {
   ASSERT_TRUE(builtin.has_value());
   EXPECT_EQ(*builtin, read_file(kGoldenDir + "gemma3.jinja"));
   EXPECT_FALSE(builtin_template("no-such-arch").has_value());
+}
+
+TEST(ChatTemplate, builtin_gemma2_template_equals_the_official_file) {
+  auto builtin = builtin_template("gemma2");
+  ASSERT_TRUE(builtin.has_value());
+  EXPECT_EQ(*builtin, read_file(kGoldenDir + "gemma2.jinja"));
 }
 
 TEST(ChatTemplate, builtin_gemma3_renders_a_generation_prompt) {

@@ -2,6 +2,7 @@
 // decided once, here.
 #include <gtest/gtest.h>
 
+#include "base/file.h"
 #include "fixture/vocab_builder.h"
 #include "text/text_codec.h"
 #include "text/vocab_test_util.h"
@@ -107,6 +108,38 @@ TEST(TextCodec, a_template_with_no_end_of_turn_token_adds_nothing) {
   auto c = codec_for(std::move(v));
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->eog_tokens().empty());
+}
+
+// Gemma 2's template (tests/golden/templates/gemma2.jinja) raises on a system turn. The codec
+// folds system text into the next user turn instead, so the default system prompt (and a
+// client's) does not turn every chat into an error.
+TEST(TextCodec, a_template_without_a_system_role_gets_system_text_in_the_first_user_turn) {
+  Vocab v = fixture::build_spm_vocab({});
+  auto source = read_file(std::string(EMBER_SOURCE_DIR) + "/tests/golden/templates/gemma2.jinja");
+  ASSERT_TRUE(source.ok()) << source.message();
+  v.chat_template = *source;
+  auto c = codec_for(v, "Be brief.", "gemma2");
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->folds_system());
+  auto text = c->render_chat({{"user", "hi"}, {"assistant", "hello"}, {"user", "again"}});
+  ASSERT_TRUE(text.ok()) << text.message();
+  EXPECT_EQ(*text,
+            "<bos><start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\nhello"
+            "<end_of_turn>\n<start_of_turn>user\nagain<end_of_turn>\n<start_of_turn>model\n");
+  auto own = c->render_chat({{"system", "Answer in French."}, {"user", "hi"}});
+  ASSERT_TRUE(own.ok()) << own.message();
+  EXPECT_NE(own->find("user\nAnswer in French.\n\nhi<end_of_turn>"), std::string::npos) << *own;
+  EXPECT_EQ(own->find("Be brief."), std::string::npos) << *own;
+  // The tool path (Hugging Face-shaped messages) folds the same way.
+  nlohmann::ordered_json msgs = {{{"role", "system"}, {"content", "Answer in French."}},
+                                 {{"role", "user"}, {"content", "hi"}}};
+  auto ids = c->encode_chat_with_tools(msgs, nullptr);
+  ASSERT_TRUE(ids.ok()) << ids.message();
+  EXPECT_EQ(*ids, c->tokenizer().encode(*own, /*add_special=*/false, /*parse_special=*/true));
+  // A template that has a system role keeps it.
+  auto chatml = codec_for(fixture_vocab_without_template(), "Be brief.");
+  ASSERT_NE(chatml, nullptr);
+  EXPECT_FALSE(chatml->folds_system());
 }
 
 }  // namespace
