@@ -139,6 +139,11 @@ bool is_messages_path(std::string_view path) {
   return path == "/v1/messages" || path == "/v1/messages/count_tokens";
 }
 
+// An error in the shape of the route's API: Anthropic's on the Messages routes, else OpenAI's.
+Reply route_error_reply(std::string_view path, const ApiError& e) {
+  return is_messages_path(path) ? anthropic_error_reply(e) : error_reply(e);
+}
+
 Reply method_not_allowed(std::string_view path, const Request& req);
 
 // POST /admin/shutdown: the same graceful drain as SIGTERM, for operators without a shell on
@@ -163,10 +168,10 @@ Reply admin_shutdown(Server::Impl& s, const Request& req, std::string_view path)
 // GCC 12 coroutines may destroy temporaries inside a co_await expression twice, so every
 // answer is computed by a plain function into a named Reply, and only then written.
 Reply method_not_allowed(std::string_view path, const Request& req) {
-  Reply r = error_reply(
-      {ErrorKind::MethodNotAllowed,
-       fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
-       {}});
+  Reply r = route_error_reply(
+      path, {ErrorKind::MethodNotAllowed,
+             fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
+             {}});
   r.allow = allowed_methods(path);
   return r;
 }
@@ -245,7 +250,7 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
     ApiError e{ErrorKind::Unauthorized,
                "missing or wrong API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
                {}};
-    return is_messages_path(path) ? anthropic_error_reply(e) : error_reply(e);
+    return route_error_reply(path, e);
   }
   if (path == "/v1/models") {
     if (!is_get(req)) return method_not_allowed(path, req);
@@ -298,11 +303,13 @@ bool malformed(const boost::system::error_code& ec) {
 
 // An oversized or malformed request: answer, then read and discard briefly so the client sees
 // the answer instead of a reset. The connection closes: what follows was never framed.
-asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError& e) {
+// `path`: the request's, when its head was read (the error then takes the route's shape).
+asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError& e,
+                                       std::string_view path = {}) {
   Request dummy;
   dummy.version(11);
   dummy.keep_alive(false);
-  Reply reply = error_reply(e);
+  Reply reply = route_error_reply(path, e);
   co_await send_reply(s, c, dummy, "other", reply);
   boost::system::error_code ec;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -373,7 +380,8 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
                                                     asio::as_tuple(asio::use_awaitable));
     c->idle = false;
     if (ec == http::error::body_limit) {
-      co_await reject_and_close(s, *c, too_large);
+      std::string path(request_path(parser.get().target()));
+      co_await reject_and_close(s, *c, too_large, path);
       break;
     }
     if (ec) {
@@ -405,7 +413,8 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
       auto [bec, bn] =
           co_await http::async_read(c->stream, c->buf, parser, asio::as_tuple(asio::use_awaitable));
       if (bec == http::error::body_limit) {
-        co_await reject_and_close(s, *c, too_large);
+        std::string path(request_path(parser.get().target()));
+        co_await reject_and_close(s, *c, too_large, path);
         break;
       }
       if (malformed(bec)) {  // e.g. a bad chunk size

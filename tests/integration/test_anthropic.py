@@ -76,6 +76,19 @@ def test_max_tokens_is_required_and_errors_take_anthropics_shape(small):
     assert status == 400 and e["type"] == "error" and "deeper" in e["error"]["message"]
 
 
+def test_http_errors_on_the_messages_routes_take_anthropics_shape(small):
+    status, h, raw = request(small.port, "GET", MSG, None, AUTH)
+    assert status == 405 and "POST" in h["allow"]
+    e = json.loads(raw)
+    assert e["type"] == "error" and e["error"]["type"] == "invalid_request_error"
+    big = {"model": "default", "max_tokens": 1, "messages": [{"role": "user", "content": "x" * 70000}]}
+    status, _, raw = request(small.port, "POST", MSG + "/count_tokens", big, AUTH)
+    assert status == 413
+    e = json.loads(raw)
+    assert e["type"] == "error" and e["error"]["type"] == "request_too_large"
+    assert "65536" in e["error"]["message"]
+
+
 def test_x_api_key_and_bearer_are_both_accepted_and_a_wrong_key_is_401(small):
     body = {"model": "default", "max_tokens": 1, "messages": HI}
     assert request(small.port, "POST", MSG, body, {"x-api-key": KEY})[0] == 200
