@@ -30,8 +30,11 @@ std::variant<RoutedJob, ApiError> prepare(Server::Impl& s, const Request& req,
   return RoutedJob{std::move(job), std::move(writer)};
 }
 
-std::string count_body(int32_t n) {
-  return dump_json(nlohmann::json{{"input_tokens", n}});
+// count_tokens' answer, built outside the coroutine (see the note below).
+Reply count_reply(const GenerationJob& job) {
+  const auto n = static_cast<int32_t>(job.submit.prompts.at(0).size());
+  return {
+      http::status::ok, "application/json", dump_json(nlohmann::json{{"input_tokens", n}}), 0, {}};
 }
 
 }  // namespace
@@ -50,8 +53,7 @@ asio::awaitable<bool> handle_messages(Server::Impl& s, std::shared_ptr<Conn> c, 
   }
   RoutedJob& p = std::get<RoutedJob>(prepared);
   if (count_tokens) {
-    std::string body = count_body(static_cast<int32_t>(p.job.submit.prompts.at(0).size()));
-    Reply reply{http::status::ok, "application/json", std::move(body), 0, {}};
+    Reply reply = count_reply(p.job);
     co_return co_await send_reply(s, *c, req, route, reply);
   }
   co_return co_await run_generation(s, c, req, route, t0, p.job, *p.writer);
