@@ -36,6 +36,7 @@ class ChoicePipeline {
   Out finish();
 
   bool stopped_by_string() const { return stopped_; }
+  const std::string& stop_string() const { return stop_.matched(); }
   bool made_tool_calls() const { return calls_ > 0; }
 
  private:

@@ -73,7 +73,8 @@ Finish settle(Server::Impl& s, const Submission& sub, const std::vector<ChoiceSt
       }
       s.metrics.observe_cancel_latency(worker::cancel_phase_name(d.timings.cancel_phase), seconds);
     }
-    f.choices.push_back({d.reason, pipes[i].stopped_by_string(), pipes[i].made_tool_calls()});
+    f.choices.push_back({d.reason, pipes[i].stopped_by_string(), pipes[i].made_tool_calls(),
+                         pipes[i].stop_string()});
   }
   // A client that left or stopped reading before its answer was written was cut off, even when
   // the engine had finished: counted with the server's cause.

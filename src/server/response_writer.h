@@ -26,8 +26,9 @@ namespace ember::server {
 // How one choice ended, in the engine's terms; each format names it its own way.
 struct ChoiceEnd {
   worker::FinishReason reason = worker::FinishReason::Stop;
-  bool stop_string = false;  // a stop string ended it
-  bool tool_calls = false;   // it produced at least one tool call
+  bool stop_string = false;   // a stop string ended it
+  bool tool_calls = false;    // it produced at least one tool call
+  std::string stop_sequence;  // stop_string: which one
 };
 
 struct Finish {

@@ -1,6 +1,6 @@
 // Internal to the server: the shared state behind Server (server.cc), the connection loop and
-// routes (session.cc), the completion handler (completion.cc) and the request pipeline it runs
-// on (generation.h, submission.h). Not part of the interface.
+// routes (session.cc), the completion and messages handlers (completion.cc, messages.cc) and the
+// request pipeline it runs on (generation.h, submission.h). Not part of the interface.
 #pragma once
 
 #include <atomic>
@@ -144,5 +144,9 @@ void add_cors_headers(const Server::Impl& s, const Request& req, http::fields& o
 asio::awaitable<bool> handle_completion(Server::Impl& s, std::shared_ptr<Conn> c,
                                         const Request& req, Endpoint endpoint,
                                         std::string_view route);
+
+// messages.cc: POST /v1/messages (Anthropic Messages), or /v1/messages/count_tokens.
+asio::awaitable<bool> handle_messages(Server::Impl& s, std::shared_ptr<Conn> c, const Request& req,
+                                      bool count_tokens, std::string_view route);
 
 }  // namespace ember::server

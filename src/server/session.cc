@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "server/anthropic_writers.h"
 #include "server/http_framing.h"
 #include "server/server_impl.h"
 #include "server/sse.h"
@@ -37,9 +38,9 @@ const WebAsset* find_web_asset(const Server::Impl& s, std::string_view path) {
 // paths must not grow the label set).
 std::string_view route_label(const Server::Impl& s, std::string_view path) {
   if (find_web_asset(s, path)) return "web";
-  for (std::string_view known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics",
-        "/admin/shutdown", "/tokenize", "/detokenize"}) {
+  for (std::string_view known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                 "/ready", "/metrics", "/admin/shutdown", "/tokenize",
+                                 "/detokenize", "/v1/messages", "/v1/messages/count_tokens"}) {
     if (path == known) return known;
   }
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
@@ -49,7 +50,8 @@ std::string_view route_label(const Server::Impl& s, std::string_view path) {
 // The methods a route accepts (the Allow header), or empty for an unknown path.
 std::string_view allowed_methods(std::string_view path) {
   if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/admin/shutdown" ||
-      path == "/tokenize" || path == "/detokenize") {
+      path == "/tokenize" || path == "/detokenize" || path == "/v1/messages" ||
+      path == "/v1/messages/count_tokens") {
     return "POST, OPTIONS";
   }
   if (path == "/health" || path == "/ready" || path == "/metrics" || path == "/v1/models" ||
@@ -121,8 +123,25 @@ bool bearer_matches(const Request& req, const std::string& key) {
   return constant_time_equal(given, key);
 }
 
+// The API key as Anthropic's clients send it.
+bool x_api_key_matches(const Request& req, const std::string& key) {
+  auto it = req.find("x-api-key");
+  return it != req.end() && constant_time_equal(std::string_view(it->value()), key);
+}
+
+// `Authorization: Bearer KEY` or `x-api-key: KEY`, on every route that needs the key.
 bool authorized(const Server::Impl& s, const Request& req) {
-  return s.opts.api_key.empty() || bearer_matches(req, s.opts.api_key);
+  return s.opts.api_key.empty() || bearer_matches(req, s.opts.api_key) ||
+         x_api_key_matches(req, s.opts.api_key);
+}
+
+bool is_messages_path(std::string_view path) {
+  return path == "/v1/messages" || path == "/v1/messages/count_tokens";
+}
+
+// An error in the shape of the route's API: Anthropic's on the Messages routes, else OpenAI's.
+Reply route_error_reply(std::string_view path, const ApiError& e) {
+  return is_messages_path(path) ? anthropic_error_reply(e) : error_reply(e);
 }
 
 Reply method_not_allowed(std::string_view path, const Request& req);
@@ -149,10 +168,10 @@ Reply admin_shutdown(Server::Impl& s, const Request& req, std::string_view path)
 // GCC 12 coroutines may destroy temporaries inside a co_await expression twice, so every
 // answer is computed by a plain function into a named Reply, and only then written.
 Reply method_not_allowed(std::string_view path, const Request& req) {
-  Reply r = error_reply(
-      {ErrorKind::MethodNotAllowed,
-       fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
-       {}});
+  Reply r = route_error_reply(
+      path, {ErrorKind::MethodNotAllowed,
+             fmt::format("{} does not accept {}", path, std::string_view(req.method_string())),
+             {}});
   r.allow = allowed_methods(path);
   return r;
 }
@@ -225,11 +244,13 @@ Reply simple_route(Server::Impl& s, const Request& req, std::string_view path) {
   const bool model_path = path.starts_with("/v1/models/");
   const bool tokenize_path = path == "/tokenize" || path == "/detokenize";
   bool needs_key = path == "/v1/models" || path == "/v1/chat/completions" ||
-                   path == "/v1/completions" || model_path || tokenize_path;
+                   path == "/v1/completions" || model_path || tokenize_path ||
+                   is_messages_path(path);
   if (needs_key && !authorized(s, req)) {
-    return error_reply({ErrorKind::Unauthorized,
-                        "missing or wrong API key (send 'Authorization: Bearer KEY')",
-                        {}});
+    ApiError e{ErrorKind::Unauthorized,
+               "missing or wrong API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
+               {}};
+    return route_error_reply(path, e);
   }
   if (path == "/v1/models") {
     if (!is_get(req)) return method_not_allowed(path, req);
@@ -266,6 +287,9 @@ asio::awaitable<bool> dispatch(Server::Impl& s, std::shared_ptr<Conn> c, const R
     Endpoint e = path == "/v1/chat/completions" ? Endpoint::Chat : Endpoint::Completion;
     co_return co_await handle_completion(s, c, req, e, route);
   }
+  if (is_messages_path(path) && req.method() == http::verb::post && authorized(s, req)) {
+    co_return co_await handle_messages(s, c, req, path != "/v1/messages", route);
+  }
   Reply reply = simple_route(s, req, path);
   co_return co_await send_reply(s, *c, req, route, reply);
 }
@@ -279,11 +303,13 @@ bool malformed(const boost::system::error_code& ec) {
 
 // An oversized or malformed request: answer, then read and discard briefly so the client sees
 // the answer instead of a reset. The connection closes: what follows was never framed.
-asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError& e) {
+// `path`: the request's, when its head was read (the error then takes the route's shape).
+asio::awaitable<void> reject_and_close(Server::Impl& s, Conn& c, const ApiError& e,
+                                       std::string_view path = {}) {
   Request dummy;
   dummy.version(11);
   dummy.keep_alive(false);
-  Reply reply = error_reply(e);
+  Reply reply = route_error_reply(path, e);
   co_await send_reply(s, c, dummy, "other", reply);
   boost::system::error_code ec;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -354,7 +380,8 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
                                                     asio::as_tuple(asio::use_awaitable));
     c->idle = false;
     if (ec == http::error::body_limit) {
-      co_await reject_and_close(s, *c, too_large);
+      std::string path(request_path(parser.get().target()));
+      co_await reject_and_close(s, *c, too_large, path);
       break;
     }
     if (ec) {
@@ -386,7 +413,8 @@ asio::awaitable<void> run_session(Server::Impl& s, std::shared_ptr<Conn> c, uint
       auto [bec, bn] =
           co_await http::async_read(c->stream, c->buf, parser, asio::as_tuple(asio::use_awaitable));
       if (bec == http::error::body_limit) {
-        co_await reject_and_close(s, *c, too_large);
+        std::string path(request_path(parser.get().target()));
+        co_await reject_and_close(s, *c, too_large, path);
         break;
       }
       if (malformed(bec)) {  // e.g. a bad chunk size

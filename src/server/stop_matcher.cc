@@ -18,7 +18,13 @@ StopMatcher::Step StopMatcher::push(std::string_view text) {
   }
   // The earliest complete match wins (the answer ends before it).
   size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  for (const std::string& s : stops_) {
+    size_t at = held_.find(s);
+    if (at < first) {
+      first = at;
+      matched_ = s;
+    }
+  }
   if (first != std::string::npos) {
     out.emit = held_.substr(0, first);
     out.stopped = stopped_ = true;

@@ -24,10 +24,13 @@ class StopMatcher {
   // End of generation without a match: whatever was held back.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text (the earliest match), once stopped.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

@@ -78,3 +78,18 @@ TEST(StopMatcher, stop_string_at_the_very_start_emits_nothing) {
 
 }  // namespace
 }  // namespace ember::server
+
+namespace ember::server {
+namespace {
+
+TEST(StopMatcher, names_the_stop_string_that_matched_earliest) {
+  StopMatcher m({"zzz", "END", "x"});
+  EXPECT_EQ(m.matched(), "");
+  EXPECT_TRUE(m.push("ab EN").emit == "ab ");
+  auto s = m.push("D then x");
+  EXPECT_TRUE(s.stopped);
+  EXPECT_EQ(m.matched(), "END");
+}
+
+}  // namespace
+}  // namespace ember::server
