@@ -43,13 +43,24 @@ bool PreTokenizer::ignores_merges(std::string_view pre) {
   return is_llama3_family(pre);
 }
 
+namespace {
+
+// Every tokenizer.ggml.pre value regexes_for() has the stages of; other names are refused.
+constexpr std::string_view kKnownPre[] = {
+    "default",   "llama3",      "llama-v3",  "llama-bpe",  "falcon3",
+    "falcon-h1", "pixtral",     "midm-2.0",  "lfm2",       "dbrx",
+    "smaug-bpe", "chatglm-bpe", "glm4",      "qwen2",      "deepseek-r1-qwen",
+    "megrez",    "stablelm2",   "gpt-2",     "phi-2",      "mpt",
+    "olmo",      "jais",        "starcoder", "refact",     "command-r",
+    "smollm",    "codeshell",   "exaone",    "minerva-7b", "falcon"};
+
+}  // namespace
+
 bool PreTokenizer::is_known(std::string_view pre) {
-  return pre == "default" || is_llama3_family(pre) ||
-         one_of(pre,
-                {"dbrx",   "smaug-bpe",  "chatglm-bpe", "glm4",      "qwen2",  "deepseek-r1-qwen",
-                 "megrez", "stablelm2",  "gpt-2",       "phi-2",     "mpt",    "olmo",
-                 "jais",   "starcoder",  "refact",      "command-r", "smollm", "codeshell",
-                 "exaone", "minerva-7b", "falcon"});
+  for (auto n : kKnownPre) {
+    if (pre == n) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> PreTokenizer::regexes_for(std::string_view pre) {
@@ -63,11 +74,19 @@ std::vector<std::string> PreTokenizer::regexes_for(std::string_view pre) {
     return {"\\p{N}", kGpt2};
   }
   if (pre == "falcon") return {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"};
-  // "default" and anything unrecognised
+  // "default", and "" (a vocabulary that names none)
   return {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"};
 }
 
 Result<PreTokenizer> PreTokenizer::create(std::string_view pre) {
+  if (!pre.empty() && !is_known(pre)) {
+    // Splitting with another family's regexes would tokenize differently from the model's
+    // training, and its output would be wrong without a sign of it: refuse, as llama.cpp does.
+    std::string known;
+    for (auto n : kKnownPre) known += (known.empty() ? "" : ", ") + std::string(n);
+    return fail("pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: {}",
+                pre.substr(0, 64), known);
+  }
   PreTokenizer p;
   for (const auto& rx : regexes_for(pre)) {
     int err = 0;

@@ -16,7 +16,8 @@ namespace ember::text {
 
 class PreTokenizer {
  public:
-  // Unknown names fall back to llama.cpp's "default" set (as llama.cpp does).
+  // "" (no tokenizer.ggml.pre) is llama.cpp's "default" set; a name not in is_known() is an
+  // error naming the supported ones (llama.cpp refuses such files too).
   static Result<PreTokenizer> create(std::string_view pre);
   // The regex stages for a pre name, exactly as llama.cpp spells them.
   static std::vector<std::string> regexes_for(std::string_view pre);

@@ -77,10 +77,16 @@ TEST(Pretokenize, default_applies_its_regexes_in_stages) {
             (Pieces{"x", "+=", "y", ";", " ", "123", "456", "7"}));
 }
 
-TEST(Pretokenize, unknown_names_use_the_default_regexes) {
-  EXPECT_FALSE(PreTokenizer::is_known("no-such-pre"));
-  EXPECT_EQ(PreTokenizer::regexes_for("no-such-pre"), PreTokenizer::regexes_for("default"));
-  EXPECT_EQ(split("no-such-pre", "x+=y"), (Pieces{"x", "+=", "y"}));
+TEST(Pretokenize, an_unknown_name_is_refused_naming_it_and_no_name_is_the_default) {
+  EXPECT_FALSE(PreTokenizer::is_known("gpt-4o"));
+  auto r = PreTokenizer::create("gpt-4o");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("pre-tokenizer 'gpt-4o' (tokenizer.ggml.pre) is not supported"),
+            std::string::npos)
+      << r.message();
+  EXPECT_NE(r.message().find("qwen2"), std::string::npos) << r.message();
+  EXPECT_EQ(PreTokenizer::regexes_for(""), PreTokenizer::regexes_for("default"));
+  EXPECT_EQ(split("", "x+=y"), (Pieces{"x", "+=", "y"}));
 }
 
 TEST(Pretokenize, pieces_concatenate_back_to_the_input) {
