@@ -254,10 +254,11 @@ Result<Grammar> tool_call_grammar(ToolFormat f, const std::vector<ToolSpec>& too
   const uint32_t close = g.add_literals({{"}", kNoNode}});
   SchemaBudget budget;  // the limits hold for all tools together: one grammar
   for (const ToolSpec& t : tools) {
-    json params = t.parameters;
-    if (params.is_null() || (params.is_object() && params.empty())) {
-      params = {{"type", "object"}};
-    }
+    // Not copied: a copy of a JSON value recurses once per level.
+    static const json kAnyObject = {{"type", "object"}};
+    const json& given = t.parameters;
+    const json& params =
+        given.is_null() || (given.is_object() && given.empty()) ? kAnyObject : given;
     if (auto l = check_schema_limits(params, budget); !l.ok()) {
       return fail("tool '{}' parameters: {}", t.name, l.message());
     }

@@ -45,6 +45,19 @@ Interpreter::Interpreter(const Value& context, const std::tm& now) {
   }
 }
 
+// Assigning a namespace attribute is the only way a template can make a value hold itself
+// (`{% set ns.self = ns %}`, or a list holding the namespace it is stored in): shared ownership
+// never frees such a cycle. So the namespaces this render assigned to are emptied when it ends
+// (its output is text; no value outlives it), which breaks every cycle it made.
+Interpreter::~Interpreter() {
+  for (auto& [addr, weak] : assigned_) {
+    if (std::shared_ptr<Dict> d = weak.lock()) {
+      auto items = std::move(d->items);
+      d->items.clear();
+    }
+  }
+}
+
 std::string Interpreter::render(const Body& body) {
   std::string out;
   exec_body(body, root_, out);
@@ -173,7 +186,10 @@ void Interpreter::exec_set(const Node& n, Scope& scope) {
                                               "not a namespace",
                                               n.attr, n.targets[0], target.type_name()));
     }
-    target.ns().set(n.attr, std::move(v));
+    const std::shared_ptr<Dict>& d = target.ns_ptr();
+    auto [it, fresh] = assigned_.try_emplace(d.get(), d);
+    if (!fresh && it->second.expired()) it->second = d;
+    d->set(n.attr, std::move(v));
     return;
   }
   if (n.targets.size() == 1) {

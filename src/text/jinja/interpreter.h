@@ -23,6 +23,9 @@ struct Scope {
 class Interpreter {
  public:
   Interpreter(const Value& context, const std::tm& now);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
   std::string render(const Body& body);
 
  private:
@@ -41,9 +44,12 @@ class Interpreter {
   Value apply_filter_expr(const Expr& e, Value operand, Scope& scope);
   void eval_args(const Expr& e, Scope& scope, ValueList& args, KwArgs& kwargs);
 
-  Scope globals_;      // builtins
-  Scope root_;         // the context; top-level sets land here
-  int depth_ = 0;      // macro recursion guard
+  Scope globals_;  // builtins
+  Scope root_;     // the context; top-level sets land here
+  int depth_ = 0;  // macro recursion guard
+  // Namespaces this render assigned an attribute of, by address (an expired entry is a freed
+  // namespace whose address was reused). Emptied by ~Interpreter: see there.
+  std::unordered_map<const Dict*, std::weak_ptr<Dict>> assigned_;
   int64_t steps_ = 0;  // work done by this render (bounded, see interpreter.cc)
   void count_step(int line);
 };

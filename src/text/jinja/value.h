@@ -116,6 +116,7 @@ class Value {
   ValueList& list() const { return *std::get<ListRef>(v_).p; }
   Dict& dict_ref() const { return *std::get<DictRef>(v_).p; }
   Dict& ns() const { return *std::get<NamespaceRef>(v_).p; }
+  const std::shared_ptr<Dict>& ns_ptr() const { return std::get<NamespaceRef>(v_).p; }
   const Callable& callable() const { return *std::get<CallableRef>(v_); }
   const std::string& undefined_hint() const { return std::get<Undefined>(v_).hint; }
 
