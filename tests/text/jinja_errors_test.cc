@@ -2,6 +2,8 @@
 // construct and its line; runtime mistakes fail the render with a message, never a wrong prompt.
 #include "jinja_test_util.h"
 
+#include <thread>
+
 namespace ember::text::jinja::testing {
 namespace {
 
@@ -110,6 +112,20 @@ TEST(JinjaErrors, values_nested_deep_or_holding_themselves_neither_overflow_the_
   EXPECT_NE(render(self + "{{ ns|tojson }}").find(limit), std::string::npos);
   EXPECT_NE(render(self + "{{ ns }}").find(limit), std::string::npos);
   EXPECT_EQ(render(self + "{{ ns.self.self.a }}"), "1");
+}
+
+// A value freed after its thread's free queue is gone (a static value at exit, here a
+// thread_local made before the queue) is deleted directly. Under ASan, queuing it instead was a
+// heap-use-after-free at exit (jinja_fuzz's static context failed every run that way).
+TEST(JinjaValues, a_value_outliving_the_threads_free_queue_is_still_freed) {
+  std::thread([] {
+    struct Holder {
+      Value v = Value(ValueList{Value(ValueList{Value(1)})});
+    };
+    thread_local Holder holder;  // constructed before the queue, so destroyed after it
+    EXPECT_EQ(render("{% set ns = namespace(a=[1]) %}{{ ns.a[0] }}"), "1");  // uses the queue
+    EXPECT_TRUE(holder.v.is_list());
+  }).join();
 }
 
 }  // namespace

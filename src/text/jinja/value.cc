@@ -13,10 +13,16 @@ namespace {
 
 // Lists and dicts whose last reference went while another was being freed wait here: freeing
 // a nested value takes a loop, not a recursion per level.
+// A thread's graveyard is destroyed at its exit, before the program's static objects: a static
+// value freed after it (a template or value held in a static) is deleted directly, recursing,
+// instead of being queued into freed vectors. `graveyard_gone` has no destructor, so it is
+// readable for as long as the thread is.
+thread_local bool graveyard_gone = false;
 struct Graveyard {
   std::vector<ValueList*> lists;
   std::vector<Dict*> dicts;
   bool draining = false;
+  ~Graveyard() { graveyard_gone = true; }
 };
 thread_local Graveyard graveyard;
 thread_local int walk_depth = 0;
@@ -42,6 +48,7 @@ void drain() {
 
 std::shared_ptr<ValueList> new_list(ValueList l) {
   return {new ValueList(std::move(l)), [](ValueList* p) {
+            if (graveyard_gone) return delete p;
             graveyard.lists.push_back(p);
             drain();
           }};
@@ -49,6 +56,7 @@ std::shared_ptr<ValueList> new_list(ValueList l) {
 
 std::shared_ptr<Dict> new_dict() {
   return {new Dict(), [](Dict* p) {
+            if (graveyard_gone) return delete p;
             graveyard.dicts.push_back(p);
             drain();
           }};
