@@ -20,16 +20,40 @@ constexpr const char* kQwen2 =
 constexpr const char* kGpt2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
-bool one_of(std::string_view s, std::initializer_list<std::string_view> names) {
-  for (auto n : names) {
-    if (s == n) return true;
-  }
-  return false;
+// The tokenizer.ggml.pre values ember splits for, grouped by the regex stages they share: the
+// one table behind regexes_for(), is_known() and the refusal's list. "default" is also what a
+// vocabulary naming none gets.
+struct Family {
+  std::vector<std::string_view> names;
+  std::vector<std::string> regexes;
+  bool ignores_merges = false;  // the llama3 family emits a word that is a token as it is
+};
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"},
+       {kLlama3},
+       true},
+      {{"dbrx", "smaug-bpe", "chatglm-bpe", "glm4"}, {kLlama3}},
+      {{"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"}, {kQwen2}},
+      {{"gpt-2", "phi-2", "mpt", "olmo", "jais"}, {kGpt2}},
+      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
+       {"\\p{N}", kGpt2}},
+      {{"falcon"}, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"}},
+      {{"default"}, {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+  };
+  return table;
 }
 
-bool is_llama3_family(std::string_view pre) {
-  return one_of(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
-                      "midm-2.0", "lfm2"});
+// The family `pre` names; "" is "default". Null for a name in no family.
+const Family* family_of(std::string_view pre) {
+  if (pre.empty()) pre = "default";
+  for (const Family& f : families()) {
+    for (std::string_view n : f.names) {
+      if (n == pre) return &f;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -40,50 +64,27 @@ struct PreTokenizer::Compiled {
 };
 
 bool PreTokenizer::ignores_merges(std::string_view pre) {
-  return is_llama3_family(pre);
+  const Family* f = family_of(pre);
+  return f != nullptr && f->ignores_merges;
 }
 
-namespace {
-
-// Every tokenizer.ggml.pre value regexes_for() has the stages of; other names are refused.
-constexpr std::string_view kKnownPre[] = {
-    "default",   "llama3",      "llama-v3",  "llama-bpe",  "falcon3",
-    "falcon-h1", "pixtral",     "midm-2.0",  "lfm2",       "dbrx",
-    "smaug-bpe", "chatglm-bpe", "glm4",      "qwen2",      "deepseek-r1-qwen",
-    "megrez",    "stablelm2",   "gpt-2",     "phi-2",      "mpt",
-    "olmo",      "jais",        "starcoder", "refact",     "command-r",
-    "smollm",    "codeshell",   "exaone",    "minerva-7b", "falcon"};
-
-}  // namespace
-
 bool PreTokenizer::is_known(std::string_view pre) {
-  for (auto n : kKnownPre) {
-    if (pre == n) return true;
-  }
-  return false;
+  return !pre.empty() && family_of(pre) != nullptr;
 }
 
 std::vector<std::string> PreTokenizer::regexes_for(std::string_view pre) {
-  if (is_llama3_family(pre) || one_of(pre, {"dbrx", "smaug-bpe", "chatglm-bpe", "glm4"})) {
-    return {kLlama3};
-  }
-  if (one_of(pre, {"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"})) return {kQwen2};
-  if (one_of(pre, {"gpt-2", "phi-2", "mpt", "olmo", "jais"})) return {kGpt2};
-  if (one_of(pre,
-             {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"})) {
-    return {"\\p{N}", kGpt2};
-  }
-  if (pre == "falcon") return {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"};
-  // "default", and "" (a vocabulary that names none)
-  return {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"};
+  const Family* f = family_of(pre);
+  return (f != nullptr ? f : family_of("default"))->regexes;
 }
 
 Result<PreTokenizer> PreTokenizer::create(std::string_view pre) {
-  if (!pre.empty() && !is_known(pre)) {
+  if (family_of(pre) == nullptr) {
     // Splitting with another family's regexes would tokenize differently from the model's
     // training, and its output would be wrong without a sign of it: refuse, as llama.cpp does.
     std::string known;
-    for (auto n : kKnownPre) known += (known.empty() ? "" : ", ") + std::string(n);
+    for (const Family& f : families()) {
+      for (std::string_view n : f.names) known += (known.empty() ? "" : ", ") + std::string(n);
+    }
     return fail("pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: {}",
                 pre.substr(0, 64), known);
   }
